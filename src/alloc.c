@@ -1,0 +1,146 @@
+/* Allocation entry points beyond the fast path: calloc, realloc, aligned
+ * allocation, trim, and the hak_ API. */
+#include "internal.h"
+#include "fastpath.h"
+
+#include <errno.h>
+#include <string.h>
+
+static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+void *hk_calloc(size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (total > HK_MEDIUM_MAX) return hk_large_alloc(total, 16, true);
+  void *p = hk_malloc_fast(total);
+  if (p != NULL) memset(p, 0, total);
+  return p;
+}
+
+/* Alignment <= 64 KiB: a size class whose block size is a multiple of the
+ * alignment gives naturally aligned blocks, because pages start on 64 KiB
+ * boundaries. Larger alignments get a large block. */
+void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
+  if (align <= 16 && (align <= 8 || (size & 15) == 0 || size > HK_SMALL_MAX)) {
+    /* classes above 128 B and multiples of 16 are 16-aligned */
+    return zero ? hk_calloc(1, size) : hk_malloc_fast(size);
+  }
+  if (size > ((size_t)1 << 46)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (align <= HK_MAX_ALIGN_CLASS) {
+    size_t req = (size + align - 1) & ~(align - 1);
+    if (req < align) req = align;
+    if (req <= HK_MEDIUM_MAX) {
+      if (atomic_load_explicit(&hk_init_state, memory_order_acquire) != 2) hk_init();
+      unsigned cls = hk_size_class(req);
+      while (cls < HK_NCLASSES && (hk_class_size[cls] & (align - 1)) != 0) cls++;
+      if (cls < HK_NCLASSES) {
+        void *p = hk_malloc_fast(hk_class_size[cls]);
+        if (p != NULL && zero) memset(p, 0, size);
+        return p;
+      }
+    }
+  }
+  return hk_large_alloc(size, align, zero);
+}
+
+void *hk_realloc(void *p, size_t size) {
+  if (p == NULL) return hk_malloc_fast(size);
+  if (size == 0) { /* glibc: free and return NULL */
+    hk_free_fast(p);
+    return NULL;
+  }
+  size_t usable = hk_usable_size(p); /* also validates p */
+  hk_region *r = hk_region_of(p);
+  if (r->kind == HK_KIND_LARGE) {
+    if (size > HK_MEDIUM_MAX || size >= usable / 2) {
+      void *q = hk_large_realloc(r, p, size);
+      if (q != NULL) return q;
+    }
+  } else {
+    hk_page *page = hk_page_of(r, p);
+    if (hk_looks_free(page, (hk_block *)p, hk_key) &&
+        atomic_load_explicit(&page->heap, memory_order_relaxed) == hk_tls_heap &&
+        hk_page_contains_free(page, (hk_block *)p, NULL, hk_key))
+      hk_fatal("realloc() of a freed block", p);
+  }
+  if (r->kind != HK_KIND_LARGE && size <= usable && (size >= usable / 2 || usable <= 16)) {
+    return p; /* fits, and not wasting more than half */
+  }
+  void *q = hk_malloc_fast(size);
+  if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
+  memcpy(q, p, size < usable ? size : usable);
+  hk_free_fast(p);
+  return q;
+}
+
+int hk_trim(void) {
+  int saved = errno;
+  hk_heap *h = hk_tls_heap;
+  if (h != &hk_heap_empty) hk_heap_collect(h, false);
+  hk_abandoned_sweep();
+  bool released = hk_large_trim(true);
+  released |= hk_region_purge(true);
+  errno = saved;
+  return released ? 1 : 0;
+}
+
+/* ---- the hak_ API ---- */
+HK_API void *hak_malloc(size_t size) { return hk_malloc_fast(size); }
+HK_API void *hak_calloc(size_t n, size_t size) { return hk_calloc(n, size); }
+HK_API void *hak_realloc(void *p, size_t size) { return hk_realloc(p, size); }
+
+HK_API void *hak_reallocarray(void *p, size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return hk_realloc(p, total);
+}
+
+HK_API int hak_posix_memalign(void **out, size_t align, size_t size) {
+  if (!is_pow2(align) || align % sizeof(void *) != 0) return EINVAL;
+  int saved = errno;
+  void *p = hk_alloc_aligned(align, size, false);
+  if (p == NULL) {
+    errno = saved;
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+HK_API void *hak_memalign(size_t align, size_t size) {
+  if (!is_pow2(align)) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return hk_alloc_aligned(align, size, false);
+}
+
+HK_API void *hak_aligned_alloc(size_t align, size_t size) { return hak_memalign(align, size); }
+HK_API void *hak_valloc(size_t size) { return hk_alloc_aligned(HK_OS_PAGE, size, false); }
+
+HK_API void *hak_pvalloc(size_t size) {
+  if (size > SIZE_MAX - HK_OS_PAGE) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t rounded = (size + HK_OS_PAGE - 1) & ~(size_t)(HK_OS_PAGE - 1);
+  return hk_alloc_aligned(HK_OS_PAGE, rounded ? rounded : HK_OS_PAGE, false);
+}
+
+HK_API int hak_malloc_trim(size_t pad) {
+  (void)pad;
+  return hk_trim();
+}
+
+HK_API void hak_malloc_stats(void) { hk_stats_print(); }
+
+HK_API const char *hak_version(void) { return "0.1.0"; }

@@ -1,0 +1,48 @@
+/* Error reports: one line on stderr naming hakmem, the error and the
+ * address, then abort() so crash handlers and core dumps still work.
+ * Formatting is done by hand: printf may allocate. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t hk_fmt_hex(char *buf, uintptr_t v) {
+  char tmp[2 * sizeof v];
+  size_t n = 0;
+  do { tmp[n++] = "0123456789abcdef"[v & 15]; v >>= 4; } while (v);
+  buf[0] = '0'; buf[1] = 'x';
+  for (size_t i = 0; i < n; i++) buf[2 + i] = tmp[n - 1 - i];
+  return n + 2;
+}
+
+size_t hk_fmt_dec(char *buf, uint64_t v) {
+  char tmp[24];
+  size_t n = 0;
+  do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+  for (size_t i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+  return n;
+}
+
+void hk_fatal(const char *what, const void *p) {
+  char line[256];
+  size_t n = 0, len = strlen(what);
+  static const char prefix[] = "hakmem: error: ";
+  memcpy(line, prefix, sizeof prefix - 1); n += sizeof prefix - 1;
+  if (len > 160) len = 160;
+  memcpy(line + n, what, len); n += len;
+  if (p != NULL) {
+    memcpy(line + n, " (address ", 10); n += 10;
+    n += hk_fmt_hex(line + n, (uintptr_t)p);
+    line[n++] = ')';
+  }
+  line[n++] = '\n';
+  hk_os_write_stderr(line, n);
+  abort();
+}
+
+void hk_warning(const char *msg) {
+  if (!hk_opt.verbose) return;
+  hk_os_write_stderr("hakmem: warning: ", 17);
+  hk_os_write_stderr(msg, strlen(msg));
+  hk_os_write_stderr("\n", 1);
+}

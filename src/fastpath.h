@@ -1,0 +1,71 @@
+/* The malloc and free fast paths, inlined into every entry point.
+ *
+ * Same-thread malloc: pop the class's current page's free list.
+ * Same-thread free:   mask to the region, check the ownership bit, index the
+ *                     page, check the pointer is a block start, push.
+ * Neither takes a lock, does an atomic read-modify-write or a system call;
+ * everything else (page refill, remote frees, large blocks, errors) is in
+ * the out-of-line slow paths.
+ */
+#ifndef HK_FASTPATH_H
+#define HK_FASTPATH_H
+
+#include "internal.h"
+
+HK_INLINE void *hk_malloc_fast(size_t size) {
+  hk_heap *heap = hk_tls_heap;
+  if (HK_LIKELY(size <= HK_LUT_MAX)) {
+    unsigned cls = hk_class_lut[(size + 7) >> 3];
+    hk_page *page = heap->direct[cls];
+    hk_block *b = page->free;
+    if (HK_LIKELY(b != NULL)) {
+      page->free = hk_link_next(b, heap->key);
+      b->link = 0; /* a live block must not look free (see hk_looks_free) */
+      page->used++;
+      return b;
+    }
+    return hk_malloc_slow(heap, size, cls);
+  }
+  if (size <= HK_MEDIUM_MAX) return hk_malloc_slow(heap, size, hk_size_class(size));
+  return hk_malloc_slow(heap, size, HK_NCLASSES);
+}
+
+/* A block whose first word decodes to a link inside its own page (or to the
+ * end of a list) is probably already free; free() then confirms by walking
+ * the page's lists. Live blocks start with 0 or user data, which decodes to
+ * garbage because hk_key is random. */
+HK_INLINE bool hk_looks_free(const hk_page *page, const hk_block *b, uintptr_t key) {
+  uintptr_t d = b->link ^ key;
+  return (d - page->start < page->area) | (d == 0);
+}
+
+HK_INLINE void hk_free_fast(void *p) {
+  uintptr_t a = (uintptr_t)p;
+  if (HK_LIKELY(hk_region_is_ours(a))) {
+    hk_page *page = hk_page_of(hk_region_of(p), p);
+    uint32_t off = (uint32_t)(a - page->start);
+    /* off < area: inside the page's blocks (area is 0 for anything that is
+     * not a live page); off * magic <= magic - 1: off is a multiple of the
+     * block size, i.e. p is the start of a block. */
+    if (HK_LIKELY(a - page->start < page->area &&
+                  (uint64_t)off * page->div_magic <= page->div_magic - 1)) {
+      hk_heap *heap = hk_tls_heap;
+      hk_block *b = (hk_block *)p;
+      if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap)) {
+        uintptr_t key = heap->key;
+        if (HK_UNLIKELY(hk_looks_free(page, b, key))) hk_double_free_check(page, b);
+        hk_block *first = page->free;
+        hk_link_set(b, first, key);
+        page->free = b;
+        /* empty now, or had no free block (it may be parked as full) */
+        if (HK_UNLIKELY(--page->used == 0 || first == NULL)) hk_heap_page_emptied(heap, page);
+        return;
+      }
+      hk_page_remote_free(page, b, hk_looks_free(page, b, hk_key), hk_key);
+      return;
+    }
+  }
+  hk_free_slow(p);
+}
+
+#endif /* HK_FASTPATH_H */

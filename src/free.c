@@ -1,0 +1,50 @@
+/* free() beyond the fast path: NULL, large blocks, other threads' pages,
+ * and every kind of invalid pointer, each reported with a hakmem message. */
+#include "internal.h"
+#include "fastpath.h"
+
+#include <errno.h>
+
+/* The fast path saw a block that looks free already: confirm by walking the
+ * page's lists (rare: live blocks almost never look free, see hk_looks_free). */
+void hk_double_free_check(hk_page *page, hk_block *b) {
+  if (hk_page_contains_free(page, b, NULL, hk_key)) hk_fatal("double free detected", b);
+}
+
+void hk_free_slow(void *p) {
+  if (p == NULL) return;
+  uintptr_t a = (uintptr_t)p;
+  if (!hk_region_is_ours(a)) hk_fatal("free() of a pointer not allocated by hakmem (invalid pointer, or already freed and unmapped)", p);
+  hk_region *r = hk_region_of(p);
+  if (r->kind == HK_KIND_LARGE) {
+    int saved = errno;
+    hk_large_free(r, p);
+    errno = saved;
+    return;
+  }
+  hk_page *page = hk_page_of(r, p);
+  if (page->area == 0) hk_fatal("free() of a pointer that is not an allocated block (double free, or never allocated)", p);
+  hk_fatal("free() of a pointer into the middle of a block", p);
+}
+
+size_t hk_usable_size(const void *p) {
+  if (p == NULL) return 0;
+  uintptr_t a = (uintptr_t)p;
+  if (!hk_region_is_ours(a)) hk_fatal("malloc_usable_size() of a pointer not allocated by hakmem", p);
+  hk_region *r = hk_region_of(p);
+  if (r->kind == HK_KIND_LARGE) {
+    if (r->large_state != HK_LARGE_LIVE || (char *)p != (char *)r + r->user_offset)
+      hk_fatal("malloc_usable_size() of a pointer that is not a live block", p);
+    return hk_large_usable(r);
+  }
+  hk_page *page = hk_page_of(r, p);
+  uint32_t off = (uint32_t)(a - page->start);
+  if (!(a - page->start < page->area && (uint64_t)off * page->div_magic <= page->div_magic - 1))
+    hk_fatal("malloc_usable_size() of a pointer that is not a block", p);
+  return page->block_size;
+}
+
+HK_API void hak_free(void *p) { hk_free_fast(p); }
+HK_API void hak_free_sized(void *p, size_t size) { (void)size; hk_free_fast(p); }
+HK_API void hak_free_aligned_sized(void *p, size_t align, size_t size) { (void)align; (void)size; hk_free_fast(p); }
+HK_API size_t hak_malloc_usable_size(const void *p) { return hk_usable_size(p); }

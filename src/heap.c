@@ -1,0 +1,363 @@
+/* Thread heaps: one per thread, holding for each size class a queue of
+ * pages whose current (first) page serves the malloc fast path.
+ *
+ * Lifecycle: a thread starts on hk_heap_empty (whose pages have no free
+ * blocks, so its first malloc lands in hk_malloc_slow and creates a real
+ * heap). At thread exit the heap's pages are collected; empty ones go back
+ * to their regions and the rest are abandoned to a global list per class,
+ * from which other threads adopt them. Heap structures are recycled through
+ * a pool and never unmapped, so a remote freer holding a stale owner
+ * pointer can still write its hint safely. */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+hk_page hk_page_empty;
+hk_heap hk_heap_empty = {.direct = {[0 ... HK_NCLASSES - 1] = &hk_page_empty}};
+__thread hk_heap *hk_tls_heap __attribute__((tls_model("initial-exec"))) = &hk_heap_empty;
+
+pthread_mutex_t hk_heap_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t hk_abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+_Atomic uint32_t hk_abandoned_hint;
+
+static hk_heap *heap_pool;               /* recycled heaps (hk_heap_lock) */
+static char *heap_chunk, *heap_chunk_end;  /* bump area for new heaps */
+static pthread_key_t thread_key;
+static _Atomic int thread_key_ready;
+
+static hk_page_queue abandoned[HK_NCLASSES]; /* hk_abandoned_lock */
+static _Atomic uint32_t abandoned_count[HK_NCLASSES];
+
+/* ---- page queues (doubly linked through page->next/prev) ---- */
+static void queue_remove(hk_page_queue *q, hk_page *p) {
+  if (p->prev) p->prev->next = p->next; else q->first = p->next;
+  if (p->next) p->next->prev = p->prev; else q->last = p->prev;
+  p->next = p->prev = NULL;
+}
+static void queue_push_front(hk_page_queue *q, hk_page *p) {
+  p->prev = NULL;
+  p->next = q->first;
+  if (q->first) q->first->prev = p; else q->last = p;
+  q->first = p;
+}
+static void queue_push_back(hk_page_queue *q, hk_page *p) {
+  p->next = NULL;
+  p->prev = q->last;
+  if (q->last) q->last->next = p; else q->first = p;
+  q->last = p;
+}
+
+static void full_remove(hk_heap *h, hk_page *p) {
+  if (p->prev) p->prev->next = p->next; else h->full = p->next;
+  if (p->next) p->next->prev = p->prev;
+  p->next = p->prev = NULL;
+  p->in_full = 0;
+}
+
+static void set_current(hk_heap *h, unsigned cls) {
+  hk_page *first = h->queues[cls].first;
+  h->direct[cls] = first ? first : &hk_page_empty;
+}
+
+static void release_page(hk_heap *h, hk_page *page) {
+  h->stats.pages_released++;
+  hk_region_free_span(page);
+}
+
+/* ---- heap creation and thread exit ---- */
+static void thread_done(void *arg);
+
+static hk_heap *heap_new(void) {
+  pthread_mutex_lock(&hk_heap_lock);
+  hk_heap *h = heap_pool;
+  if (h != NULL) {
+    heap_pool = h->pool_next;
+  } else {
+    if (heap_chunk == NULL || heap_chunk + sizeof(hk_heap) > heap_chunk_end) {
+      size_t size = 256u << 10;
+      heap_chunk = hk_os_map_aligned(size, HK_OS_PAGE);
+      heap_chunk_end = heap_chunk ? heap_chunk + size : NULL;
+    }
+    if (heap_chunk != NULL) {
+      h = (hk_heap *)heap_chunk;
+      heap_chunk += (sizeof(hk_heap) + 63) & ~(size_t)63;
+    }
+  }
+  pthread_mutex_unlock(&hk_heap_lock);
+  if (h == NULL) return NULL;
+  memset(h, 0, offsetof(hk_heap, remote_hint));
+  for (unsigned c = 0; c < HK_NCLASSES; c++) h->direct[c] = &hk_page_empty;
+  h->key = hk_key;
+  atomic_store_explicit(&h->remote_hint, 0, memory_order_relaxed);
+  h->fresh_count = 0;
+  memset(h->queues, 0, sizeof h->queues);
+  h->full = NULL;
+  h->pool_next = NULL;
+  memset(&h->stats, 0, sizeof h->stats);
+  hk_stat_add(heaps_created, 1);
+  return h;
+}
+
+hk_heap *hk_heap_get(void) {
+  hk_heap *h = hk_tls_heap;
+  if (h != &hk_heap_empty) return h;
+  if (atomic_load_explicit(&hk_init_state, memory_order_acquire) != 2) hk_init();
+  h = heap_new();
+  if (h == NULL) return NULL;
+  hk_tls_heap = h;
+  /* After hk_tls_heap is set: pthread_setspecific may itself call calloc. */
+  if (atomic_load_explicit(&thread_key_ready, memory_order_acquire)) pthread_setspecific(thread_key, h);
+  return h;
+}
+
+void hk_thread_init_key(void) {
+  if (pthread_key_create(&thread_key, thread_done) == 0)
+    atomic_store_explicit(&thread_key_ready, 1, memory_order_release);
+}
+
+static void abandon_page(hk_heap *h, hk_page *page) {
+  hk_page_collect(page, HK_PAGE_ABANDONED, h->key);
+  page->in_full = 0;
+  if (page->used == 0) {
+    release_page(h, page);
+    return;
+  }
+  atomic_store_explicit(&page->heap, NULL, memory_order_release);
+  pthread_mutex_lock(&hk_abandoned_lock);
+  queue_push_back(&abandoned[page->cls], page);
+  atomic_fetch_add_explicit(&abandoned_count[page->cls], 1, memory_order_relaxed);
+  /* A remote free may have landed between the collect and now. */
+  if (atomic_load_explicit(&page->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)
+    atomic_store_explicit(&hk_abandoned_hint, 1, memory_order_release);
+  pthread_mutex_unlock(&hk_abandoned_lock);
+}
+
+static void heap_abandon(hk_heap *h) {
+  for (unsigned c = 0; c < HK_NCLASSES; c++) {
+    hk_page *p;
+    while ((p = h->queues[c].first) != NULL) {
+      queue_remove(&h->queues[c], p);
+      abandon_page(h, p);
+    }
+    h->direct[c] = &hk_page_empty;
+  }
+  hk_page *p;
+  while ((p = h->full) != NULL) {
+    full_remove(h, p);
+    abandon_page(h, p);
+  }
+  hk_stats_merge_heap(h);
+  hk_stat_add(threads_exited, 1);
+  pthread_mutex_lock(&hk_heap_lock);
+  h->pool_next = heap_pool;
+  heap_pool = h;
+  pthread_mutex_unlock(&hk_heap_lock);
+}
+
+static void thread_done(void *arg) {
+  hk_heap *h = hk_tls_heap;
+  (void)arg;
+  if (h == &hk_heap_empty) return;
+  hk_tls_heap = &hk_heap_empty;
+  heap_abandon(h);
+  hk_abandoned_sweep();
+}
+
+/* ---- abandoned pages ---- */
+
+/* Give back abandoned pages whose blocks have all been freed remotely. */
+void hk_abandoned_sweep(void) {
+  if (!atomic_load_explicit(&hk_abandoned_hint, memory_order_relaxed)) return;
+  if (!atomic_exchange_explicit(&hk_abandoned_hint, 0, memory_order_acq_rel)) return;
+  pthread_mutex_lock(&hk_abandoned_lock);
+  for (unsigned c = 0; c < HK_NCLASSES; c++) {
+    hk_page *next;
+    for (hk_page *p = abandoned[c].first; p != NULL; p = next) {
+      next = p->next;
+      if (!(atomic_load_explicit(&p->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)) continue;
+      hk_page_collect(p, HK_PAGE_ABANDONED, hk_key);
+      if (p->used == 0) {
+        queue_remove(&abandoned[c], p);
+        atomic_fetch_sub_explicit(&abandoned_count[c], 1, memory_order_relaxed);
+        hk_region_free_span(p);
+      }
+    }
+  }
+  pthread_mutex_unlock(&hk_abandoned_lock);
+}
+
+static hk_page *adopt(hk_heap *h, unsigned cls) {
+  if (atomic_load_explicit(&abandoned_count[cls], memory_order_relaxed) == 0) return NULL;
+  pthread_mutex_lock(&hk_abandoned_lock);
+  hk_page *p = abandoned[cls].first;
+  if (p != NULL) {
+    queue_remove(&abandoned[cls], p);
+    atomic_fetch_sub_explicit(&abandoned_count[cls], 1, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&hk_abandoned_lock);
+  if (p == NULL) return NULL;
+  atomic_store_explicit(&p->heap, h, memory_order_release);
+  hk_page_collect(p, HK_PAGE_NORMAL, h->key);
+  h->stats.pages_adopted++;
+  return p;
+}
+
+/* ---- full pages ---- */
+
+/* Park a page with no free block on the full list, so the page search does
+ * not revisit it. Fails if a remote free arrived meanwhile: the state and the
+ * remote stack share one word, so a remote freer either sees FULL (and sets
+ * remote_hint) or its block is seen here. */
+static bool park_full(hk_heap *h, hk_page *page) {
+  uintptr_t expect = HK_PAGE_NORMAL;
+  if (!atomic_compare_exchange_strong_explicit(&page->remote, &expect, HK_PAGE_FULL,
+                                               memory_order_acq_rel, memory_order_relaxed))
+    return false;
+  queue_remove(&h->queues[page->cls], page);
+  page->in_full = 1;
+  page->prev = NULL;
+  page->next = h->full;
+  if (h->full) h->full->prev = page;
+  h->full = page;
+  return true;
+}
+
+static void unpark(hk_heap *h, hk_page *page) {
+  full_remove(h, page);
+  queue_push_back(&h->queues[page->cls], page);
+}
+
+/* Bring back full pages that received remote frees. The hint is cleared
+ * before the scan so a free racing with it sets it again. */
+static void rescue_full(hk_heap *h) {
+  atomic_store_explicit(&h->remote_hint, 0, memory_order_seq_cst);
+  hk_page *next;
+  for (hk_page *p = h->full; p != NULL; p = next) {
+    next = p->next;
+    if (!(atomic_load_explicit(&p->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)) continue;
+    hk_page_collect(p, HK_PAGE_NORMAL, h->key);
+    unpark(h, p);
+    if (p->used == 0) {
+      queue_remove(&h->queues[p->cls], p);
+      release_page(h, p);
+    }
+  }
+}
+
+/* Called by free() when a page became empty, or when it received a block
+ * while its free list was empty (it may be parked on the full list). */
+void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
+  unsigned cls = page->cls;
+  if (page->in_full) {
+    /* The state word says FULL: return it to NORMAL, taking any remote
+     * blocks along, before the page rejoins the queue. */
+    hk_page_collect(page, HK_PAGE_NORMAL, h->key);
+    unpark(h, page);
+  }
+  if (page->used == 0 && page != h->direct[cls]) {
+    queue_remove(&h->queues[cls], page);
+    release_page(h, page);
+    set_current(h, cls);
+  }
+}
+
+/* ---- the malloc slow path ---- */
+
+static hk_page *fresh_page(hk_heap *h, unsigned cls) {
+  hk_page *page = hk_region_alloc_span(hk_class_slabs[cls]);
+  if (page == NULL) return NULL;
+  hk_page_init(page, cls);
+  atomic_store_explicit(&page->heap, h, memory_order_release);
+  h->stats.pages_acquired++;
+  /* Every so often look at all parked pages: a hint can be lost when a page
+   * is abandoned and re-adopted while a remote free is in flight. */
+  if ((++h->fresh_count & 63) == 0) atomic_store_explicit(&h->remote_hint, 1, memory_order_relaxed);
+  return page;
+}
+
+/* Find a page of class cls with a free block and make it current. */
+static hk_page *find_page(hk_heap *h, unsigned cls) {
+  if (atomic_load_explicit(&h->remote_hint, memory_order_acquire)) rescue_full(h);
+  hk_page_queue *q = &h->queues[cls];
+  for (int attempt = 0; attempt < 4; attempt++) {
+    hk_page *next;
+    for (hk_page *p = q->first; p != NULL; p = next) {
+      next = p->next;
+      if (p->free == NULL && (atomic_load_explicit(&p->remote, memory_order_relaxed) & ~HK_REMOTE_STATE_MASK))
+        hk_page_collect(p, HK_PAGE_NORMAL, h->key);
+      if (p->free != NULL || hk_page_extend(p, h->key)) {
+        if (p != q->first) {
+          queue_remove(q, p);
+          queue_push_front(q, p);
+        }
+        h->direct[cls] = p;
+        return p;
+      }
+      if (!park_full(h, p)) hk_page_collect(p, HK_PAGE_NORMAL, h->key), next = p; /* retry it */
+    }
+    hk_page *p = adopt(h, cls);
+    if (p == NULL) break;
+    queue_push_front(q, p);
+  }
+  hk_abandoned_sweep();
+  hk_page *p = fresh_page(h, cls);
+  if (p == NULL) {
+    set_current(h, cls);
+    return NULL;
+  }
+  queue_push_front(q, p);
+  hk_page_extend(p, h->key);
+  h->direct[cls] = p;
+  return p;
+}
+
+void *hk_malloc_slow(hk_heap *h, size_t size, unsigned cls) {
+  if (h == &hk_heap_empty) {
+    h = hk_heap_get();
+    if (h == NULL) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    cls = size <= HK_MEDIUM_MAX ? hk_size_class(size) : HK_NCLASSES;
+  }
+  if (cls >= HK_NCLASSES) return hk_large_alloc(size, 16, false);
+  hk_page *page = h->direct[cls];
+  if (page->free == NULL) page = find_page(h, cls);
+  if (page == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  hk_block *b = page->free;
+  page->free = hk_link_next(b, h->key);
+  b->link = 0;
+  page->used++;
+  return b;
+}
+
+/* Collect remote frees and give back empty pages (malloc_trim, thread exit). */
+void hk_heap_collect(hk_heap *h, bool release_all) {
+  rescue_full(h);
+  for (unsigned c = 0; c < HK_NCLASSES; c++) {
+    hk_page *next;
+    for (hk_page *p = h->queues[c].first; p != NULL; p = next) {
+      next = p->next;
+      hk_page_collect(p, HK_PAGE_NORMAL, h->key);
+      if (p->used == 0 && (release_all || p != h->direct[c])) {
+        queue_remove(&h->queues[c], p);
+        release_page(h, p);
+      }
+    }
+    set_current(h, c);
+  }
+}
+
+/* ---- fork: keep every lock consistent in the child ---- */
+void hk_heap_fork_lock(void) {
+  pthread_mutex_lock(&hk_heap_lock);
+  pthread_mutex_lock(&hk_abandoned_lock);
+}
+void hk_heap_fork_unlock(void) {
+  pthread_mutex_unlock(&hk_abandoned_lock);
+  pthread_mutex_unlock(&hk_heap_lock);
+}

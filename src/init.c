@@ -1,0 +1,68 @@
+/* Process initialisation and fork handling.
+ *
+ * hk_init runs inside the first malloc (or the library constructor,
+ * whichever comes first). It must not allocate before malloc can work: it
+ * computes the size classes, reads the options and the secret key, and only
+ * then (state 2) calls pthread functions that may call malloc themselves. */
+#include "internal.h"
+
+#include <sched.h>
+
+void hk_sizeclass_init(void);
+void hk_heap_fork_lock(void);
+void hk_heap_fork_unlock(void);
+
+uintptr_t hk_key;
+_Atomic int hk_init_state;
+static __thread int initializing __attribute__((tls_model("initial-exec")));
+
+static void check_size_classes(void) {
+  for (unsigned c = 1; c < HK_NCLASSES; c++) {
+    size_t s = hk_class_size[c];
+    if (hk_size_class(s) != c || hk_size_class(hk_class_size[c - 1] + 1) != c)
+      hk_fatal("internal error: size class table is inconsistent", NULL);
+  }
+}
+
+void hk_init(void) {
+  if (atomic_load_explicit(&hk_init_state, memory_order_acquire) == 2 || initializing) return;
+  int expect = 0;
+  if (!atomic_compare_exchange_strong(&hk_init_state, &expect, 1)) {
+    while (atomic_load_explicit(&hk_init_state, memory_order_acquire) != 2) sched_yield();
+    return;
+  }
+  initializing = 1;
+  hk_sizeclass_init();
+  check_size_classes();
+  hk_options_init();
+  uint64_t k = hk_os_random();
+  /* High bits set: user data XOR key is then never a plausible address. */
+  if ((k >> 48) < 0x100) k |= (uint64_t)0xa5c3 << 48;
+  hk_key = (uintptr_t)k;
+  hk_heap_empty.key = hk_key;
+  hk_thread_init_key();
+  atomic_store_explicit(&hk_init_state, 2, memory_order_release);
+  /* may allocate: malloc is fully usable from here on */
+  pthread_atfork(hk_fork_prepare, hk_fork_parent, hk_fork_child);
+  initializing = 0;
+}
+
+__attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }
+
+/* Lock order: heap pool, abandoned pages, large cache, regions. */
+void hk_fork_prepare(void) {
+  hk_heap_fork_lock();
+  pthread_mutex_lock(&hk_large_lock);
+  pthread_mutex_lock(&hk_region_lock);
+}
+
+void hk_fork_parent(void) {
+  pthread_mutex_unlock(&hk_region_lock);
+  pthread_mutex_unlock(&hk_large_lock);
+  hk_heap_fork_unlock();
+}
+
+void hk_fork_child(void) {
+  /* Only the forking thread exists in the child, and it holds every lock. */
+  hk_fork_parent();
+}

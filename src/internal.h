@@ -1,0 +1,279 @@
+/* hakmem internal definitions: the data structures every file shares.
+ *
+ * Memory layout (see docs/DESIGN.md for the full picture):
+ *
+ *   region (2 MiB, 2 MiB-aligned)
+ *   +--------+--------+--------+-----+--------+
+ *   | slab 0 | slab 1 | slab 2 | ... | slab 31|   slab = 64 KiB
+ *   +--------+--------+--------+-----+--------+
+ *     header   pages of blocks: a page is a span of 1..16 slabs
+ *     (hk_region with one hk_page per slab; only its first 4 KiB is touched)
+ *
+ *   large block (> 1 MiB, or alignment > 64 KiB): its own 2 MiB-aligned
+ *   mapping, header in the first 4 KiB, user data after it.
+ *
+ * free() finds a block's metadata by masking the address down to 2 MiB and
+ * indexing the page array; a bitmap with one bit per 2 MiB of address space
+ * says, in one load, whether that region is ours.
+ */
+#ifndef HK_INTERNAL_H
+#define HK_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+
+#define HK_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HK_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HK_INLINE static inline __attribute__((always_inline))
+#define HK_NOINLINE __attribute__((noinline))
+#define HK_COLD __attribute__((cold, noinline))
+#define HK_API __attribute__((visibility("default")))
+
+/* ---- geometry ---- */
+#define HK_REGION_SHIFT 21
+#define HK_REGION_SIZE ((uintptr_t)1 << HK_REGION_SHIFT)
+#define HK_REGION_MASK (HK_REGION_SIZE - 1)
+#define HK_SLAB_SHIFT 16
+#define HK_SLAB_SIZE ((uintptr_t)1 << HK_SLAB_SHIFT)
+#define HK_SLABS 32                      /* per region; slab 0 holds the header */
+#define HK_MAX_SPAN_SLABS 16             /* largest page: 1 MiB */
+#define HK_OS_PAGE 4096
+#define HK_LARGE_HEADER 4096             /* bytes before a large block's data */
+
+/* Address space covered by the ownership bitmap (48-bit user space). */
+#define HK_VA_BITS 48
+#define HK_MAP_BITS (HK_VA_BITS - HK_REGION_SHIFT)
+
+/* ---- size classes ----
+ * 8-byte steps up to 128 B (classes 0..15), then 8 classes per power of two
+ * (12.5 % apart) up to 1 MiB (classes 16..119). */
+#define HK_SMALL_MAX 128
+#define HK_LUT_MAX 1024                  /* sizes served by the lookup table */
+#define HK_MEDIUM_MAX ((size_t)1 << 20)  /* largest size-class block */
+#define HK_NCLASSES 120
+#define HK_MAX_ALIGN_CLASS ((size_t)64 << 10) /* larger alignments go to the large tier */
+
+extern uint32_t hk_class_size[HK_NCLASSES];
+extern uint8_t hk_class_slabs[HK_NCLASSES];
+extern uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
+
+HK_INLINE unsigned hk_size_class(size_t size) {
+  if (HK_LIKELY(size <= HK_LUT_MAX)) return hk_class_lut[(size + 7) >> 3];
+  unsigned b = 63u - (unsigned)__builtin_clzl(size - 1); /* 2^b < size <= 2^(b+1) */
+  unsigned sub = (unsigned)((size - 1) >> (b - 3)) & 7u;
+  return 16u + (b - 7u) * 8u + sub;
+}
+
+/* ---- blocks and free lists ----
+ * A free block's first word links to the next free block, XOR-ed with a
+ * per-process secret (hk_key). The encoding lets free() recognise a block
+ * that is already free with one compare (see hk_looks_free), and keeps a
+ * stray user write from being followed as a valid pointer. Bit 0 of the
+ * decoded link marks a block a remote free flagged for a double-free check. */
+typedef struct hk_block { uintptr_t link; } hk_block;
+extern uintptr_t hk_key;
+
+HK_INLINE hk_block *hk_link_next(const hk_block *b, uintptr_t key) {
+  return (hk_block *)((b->link ^ key) & ~(uintptr_t)1);
+}
+HK_INLINE void hk_link_set(hk_block *b, const hk_block *next, uintptr_t key) {
+  b->link = (uintptr_t)next ^ key;
+}
+
+/* ---- pages ----
+ * A page is a span of slabs serving one size class for one heap. The owner
+ * thread uses `free`, `used` and `capacity` without atomics; other threads
+ * only push onto `remote` (one CAS). The low two bits of `remote` hold the
+ * page's state, so a remote freer learns atomically whether the owner needs
+ * a hint (page parked as full) or nobody owns it (abandoned). */
+enum { HK_PAGE_NORMAL = 0, HK_PAGE_FULL = 1, HK_PAGE_ABANDONED = 2 };
+#define HK_REMOTE_STATE_MASK ((uintptr_t)3)
+
+struct hk_heap;
+
+typedef struct hk_page {
+  hk_block *free;            /* owner's free list */
+  uint32_t used;             /* blocks handed out and not yet returned to `free` */
+  uint32_t capacity;         /* blocks carved so far (rest is untouched memory) */
+  uintptr_t start;           /* first block */
+  uint32_t area;             /* reserved * block_size; 0 = not a live page */
+  uint32_t block_size;
+  uint64_t div_magic;        /* ceil(2^64 / block_size): divisibility test */
+  uint32_t reserved;         /* blocks that fit in the span */
+  uint16_t cls;
+  uint8_t back;              /* in a span's later slabs: distance to the head slab */
+  uint8_t nslabs;            /* in a head slab: span length */
+  _Atomic(struct hk_heap *) heap; /* owner; NULL while abandoned */
+  _Atomic uintptr_t remote;  /* remote-free stack | state */
+  struct hk_page *next, *prev; /* heap queue, full list or abandoned list */
+  uint8_t in_full;           /* owner's copy: page is on the full list */
+  uint8_t pad[7];
+} hk_page;
+
+/* ---- regions ---- */
+#define HK_MAGIC_REGION 0x686b7267u /* "hkrg" */
+enum { HK_KIND_SMALL = 1, HK_KIND_LARGE = 2 };
+enum { HK_LARGE_LIVE = 1, HK_LARGE_CACHED = 2 };
+
+typedef struct hk_region {
+  uint32_t magic;
+  uint32_t kind;
+  /* small regions (region.c, under hk_region_lock) */
+  struct hk_region *next, *prev;
+  uint32_t free_mask;        /* bit i: slab i is free */
+  uint32_t dirty_mask;       /* bit i: slab i is free but may hold committed pages */
+  uint64_t purge_at_ms;      /* when dirty slabs may be given back (0: none) */
+  uint64_t empty_since_ms;   /* all slabs free since (0: not empty) */
+  /* large blocks (large.c, under hk_large_lock) */
+  size_t map_size;           /* bytes mapped from the region base */
+  size_t user_offset;        /* data starts at base + user_offset */
+  size_t user_size;          /* bytes requested */
+  uint32_t large_state;
+  uint32_t large_zero;       /* data is known to be zero (fresh mapping) */
+  uint64_t cached_at_ms;
+  hk_page pages[HK_SLABS];   /* large mappings leave these zero: area == 0 */
+} hk_region;
+
+_Static_assert(sizeof(hk_region) <= HK_LARGE_HEADER, "region header must fit in 4 KiB");
+
+/* ---- ownership bitmap: one bit per 2 MiB of address space ---- */
+extern _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
+
+HK_INLINE bool hk_region_is_ours(uintptr_t p) {
+  uintptr_t idx = p >> HK_REGION_SHIFT;
+  if (HK_UNLIKELY(idx >> HK_MAP_BITS)) return false;
+  uint64_t w = atomic_load_explicit(&hk_region_map[idx >> 6], memory_order_relaxed);
+  return (w >> (idx & 63)) & 1;
+}
+
+HK_INLINE hk_region *hk_region_of(const void *p) {
+  return (hk_region *)((uintptr_t)p & ~HK_REGION_MASK);
+}
+
+/* The page a block lives in (valid once the region is known to be ours). */
+HK_INLINE hk_page *hk_page_of(hk_region *r, const void *p) {
+  hk_page *meta = &r->pages[((uintptr_t)p >> HK_SLAB_SHIFT) & (HK_SLABS - 1)];
+  return meta - meta->back;
+}
+
+/* ---- heaps: one per thread ---- */
+typedef struct hk_page_queue { hk_page *first, *last; } hk_page_queue;
+
+typedef struct hk_heap_stats {
+  uint64_t pages_acquired, pages_released, remote_frees, pages_adopted;
+} hk_heap_stats;
+
+typedef struct hk_heap {
+  hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
+  uintptr_t key;                  /* copy of hk_key next to direct[] */
+  _Atomic uint32_t remote_hint;   /* a full page received a remote free */
+  uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
+  hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
+  hk_page *full;                  /* parked full pages (doubly linked) */
+  struct hk_heap *pool_next;      /* free heap pool */
+  hk_heap_stats stats;
+} hk_heap;
+
+extern hk_heap hk_heap_empty;     /* every thread starts here: direct[] -> hk_page_empty */
+extern hk_page hk_page_empty;
+extern __thread hk_heap *hk_tls_heap __attribute__((tls_model("initial-exec")));
+
+/* ---- options (options.c) ---- */
+typedef struct hk_options {
+  long stats;             /* HAKMEM_STATS */
+  long purge_delay_ms;    /* HAKMEM_PURGE_DELAY_MS */
+  long region_reserve;    /* HAKMEM_REGION_RESERVE */
+  long large_cache_mb;    /* HAKMEM_LARGE_CACHE_MB */
+  long large_cache_max;   /* HAKMEM_LARGE_CACHE_ENTRIES */
+  long verbose;           /* HAKMEM_VERBOSE */
+} hk_options;
+extern hk_options hk_opt;
+void hk_options_init(void);
+void hk_options_print(void);
+
+/* ---- os.c: every system call hakmem makes ---- */
+void *hk_os_map_aligned(size_t size, size_t align);   /* NULL on failure */
+void hk_os_unmap(void *p, size_t size);
+void hk_os_purge(void *p, size_t size);               /* MADV_DONTNEED */
+void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align); /* NULL on failure */
+bool hk_os_shrink(void *p, size_t old_size, size_t new_size);
+uint64_t hk_os_now_ms(void);
+uint64_t hk_os_random(void);
+size_t hk_os_peak_rss_kb(void);
+size_t hk_os_current_rss_kb(void);
+void hk_os_write_stderr(const char *s, size_t n);
+
+/* ---- error.c ---- */
+HK_COLD __attribute__((noreturn)) void hk_fatal(const char *what, const void *p);
+void hk_warning(const char *msg);
+size_t hk_fmt_hex(char *buf, uintptr_t v);
+size_t hk_fmt_dec(char *buf, uint64_t v);
+
+/* ---- stats.c ---- */
+typedef struct hk_stats {
+  _Atomic uint64_t regions_mapped, regions_unmapped, regions_live, regions_peak;
+  _Atomic uint64_t slabs_in_use, slabs_peak, slabs_purged, purge_calls;
+  _Atomic uint64_t pages_acquired, pages_released, pages_adopted, remote_frees;
+  _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
+  _Atomic uint64_t large_unmaps, large_remaps;
+  _Atomic uint64_t heaps_created, threads_exited;
+} hk_stats_t;
+extern hk_stats_t hk_stats;
+#define hk_stat_add(field, n) atomic_fetch_add_explicit(&hk_stats.field, (n), memory_order_relaxed)
+void hk_stat_peak(_Atomic uint64_t *peak, uint64_t v);
+void hk_stats_merge_heap(hk_heap *h);
+void hk_stats_print(void);
+
+/* ---- region.c: slab spans, shared by all threads (one lock, off the fast path) ---- */
+extern pthread_mutex_t hk_region_lock;
+hk_page *hk_region_alloc_span(unsigned nslabs);   /* NULL on OOM */
+void hk_region_free_span(hk_page *page);
+void hk_region_register(void *base);
+void hk_region_unregister(void *base);
+bool hk_region_purge(bool force);                 /* true if memory was released */
+
+/* ---- page.c ---- */
+void hk_page_init(hk_page *page, unsigned cls);
+bool hk_page_extend(hk_page *page, uintptr_t key);
+uint32_t hk_page_collect(hk_page *page, unsigned new_state, uintptr_t key);
+bool hk_page_contains_free(hk_page *page, hk_block *b, hk_block *chain, uintptr_t key);
+void hk_page_remote_free(hk_page *page, hk_block *b, bool suspicious, uintptr_t key);
+
+/* ---- heap.c ---- */
+void *hk_malloc_slow(hk_heap *heap, size_t size, unsigned cls);
+hk_heap *hk_heap_get(void);                       /* this thread's heap, created if needed */
+void hk_heap_page_emptied(hk_heap *heap, hk_page *page);
+void hk_heap_collect(hk_heap *heap, bool release_all);
+void hk_abandoned_sweep(void);
+void hk_thread_init_key(void);
+extern pthread_mutex_t hk_heap_lock, hk_abandoned_lock;
+
+/* ---- large.c ---- */
+extern pthread_mutex_t hk_large_lock;
+void *hk_large_alloc(size_t size, size_t align, bool zero);
+void hk_large_free(hk_region *r, void *p);
+void *hk_large_realloc(hk_region *r, void *p, size_t size);
+bool hk_large_trim(bool force);
+size_t hk_large_usable(hk_region *r);
+
+/* ---- alloc.c / free.c ---- */
+void *hk_alloc_aligned(size_t align, size_t size, bool zero);
+void *hk_calloc(size_t n, size_t size);
+void *hk_realloc(void *p, size_t size);
+void hk_free_slow(void *p);
+size_t hk_usable_size(const void *p);
+void hk_double_free_check(hk_page *page, hk_block *b);
+int hk_trim(void);
+void hk_mallinfo_bytes(size_t *mapped, size_t *in_use);
+
+/* ---- init.c ---- */
+extern _Atomic int hk_init_state;   /* 0 none, 1 running, 2 done */
+void hk_init(void);
+void hk_fork_prepare(void);
+void hk_fork_parent(void);
+void hk_fork_child(void);
+
+#endif /* HK_INTERNAL_H */

@@ -1,0 +1,174 @@
+/* Large blocks (> 1 MiB, or alignment > 64 KiB): each is its own 2 MiB-
+ * aligned mapping with a 4 KiB header, so free() finds it by the same
+ * mask-and-bitmap lookup as small blocks.
+ *
+ * Freed mappings are kept in a small cache (the "whale cache") for
+ * hk_opt.purge_delay_ms, so a program that allocates and frees a large
+ * buffer in a loop makes no system call. realloc grows with mremap: the
+ * pages move, they are not copied. */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+pthread_mutex_t hk_large_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define CACHE_MAX 64
+static hk_region *cache[CACHE_MAX]; /* hk_large_lock */
+static unsigned cache_n;
+static size_t cache_bytes;
+
+static size_t round_page(size_t n) { return (n + HK_OS_PAGE - 1) & ~(size_t)(HK_OS_PAGE - 1); }
+
+static void unmap_large(hk_region *r) {
+  hk_region_unregister(r);
+  hk_stat_add(large_unmaps, 1);
+  atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, r->map_size, memory_order_relaxed);
+  hk_os_unmap(r, r->map_size);
+}
+
+static void cache_remove_at(unsigned i) {
+  cache_bytes -= cache[i]->map_size;
+  cache[i] = cache[--cache_n];
+}
+
+/* Take expired (or, with force, all) entries out of the cache; the caller
+ * unmaps them after dropping the lock. */
+static unsigned cache_expire_locked(hk_region **out, bool force) {
+  uint64_t now = hk_os_now_ms();
+  unsigned n = 0;
+  for (unsigned i = 0; i < cache_n;) {
+    if (force || now >= cache[i]->cached_at_ms + (uint64_t)hk_opt.purge_delay_ms) {
+      out[n++] = cache[i];
+      cache_remove_at(i);
+    } else {
+      i++;
+    }
+  }
+  return n;
+}
+
+bool hk_large_trim(bool force) {
+  hk_region *victims[CACHE_MAX];
+  pthread_mutex_lock(&hk_large_lock);
+  unsigned n = cache_expire_locked(victims, force);
+  pthread_mutex_unlock(&hk_large_lock);
+  for (unsigned i = 0; i < n; i++) unmap_large(victims[i]);
+  return n > 0;
+}
+
+void *hk_large_alloc(size_t size, size_t align, bool zero) {
+  size_t off = align <= HK_LARGE_HEADER ? HK_LARGE_HEADER : align;
+  if (size > ((size_t)1 << 46) || align > ((size_t)1 << 40)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t need = round_page(off + size);
+  hk_region *r = NULL;
+  pthread_mutex_lock(&hk_large_lock);
+  unsigned best = CACHE_MAX;
+  for (unsigned i = 0; i < cache_n; i++) {
+    size_t m = cache[i]->map_size;
+    if (m >= need && m <= 2 * need && (best == CACHE_MAX || m < cache[best]->map_size)) best = i;
+  }
+  if (best != CACHE_MAX) {
+    r = cache[best];
+    cache_remove_at(best);
+  }
+  pthread_mutex_unlock(&hk_large_lock);
+  if (r != NULL) {
+    hk_stat_add(large_cache_hits, 1);
+    r->large_zero = 0;
+  } else {
+    r = hk_os_map_aligned(need, HK_REGION_SIZE);
+    if (r == NULL) {
+      /* Out of address space or memory: give back what we hold, retry once. */
+      hk_large_trim(true);
+      hk_region_purge(true);
+      r = hk_os_map_aligned(need, HK_REGION_SIZE);
+    }
+    if (r == NULL) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    r->magic = HK_MAGIC_REGION;
+    r->kind = HK_KIND_LARGE;
+    r->map_size = need;
+    r->large_zero = 1;
+    hk_region_register(r);
+    hk_stat_peak(&hk_stats.large_peak_bytes,
+                 atomic_fetch_add_explicit(&hk_stats.large_mapped_bytes, need, memory_order_relaxed) + need);
+  }
+  r->user_offset = off;
+  r->user_size = size;
+  r->large_state = HK_LARGE_LIVE;
+  hk_stat_add(large_allocs, 1);
+  char *p = (char *)r + off;
+  if (zero && !r->large_zero) memset(p, 0, size);
+  return p;
+}
+
+void hk_large_free(hk_region *r, void *p) {
+  hk_region *victims[CACHE_MAX + 1];
+  unsigned nv = 0;
+  pthread_mutex_lock(&hk_large_lock);
+  if (r->large_state != HK_LARGE_LIVE) {
+    pthread_mutex_unlock(&hk_large_lock);
+    hk_fatal("double free of a large block", p);
+  }
+  if ((char *)p != (char *)r + r->user_offset) {
+    pthread_mutex_unlock(&hk_large_lock);
+    hk_fatal("free() of a pointer into the middle of a large block", p);
+  }
+  r->large_state = HK_LARGE_CACHED;
+  hk_stat_add(large_frees, 1);
+  nv = cache_expire_locked(victims, false);
+  size_t limit = (size_t)hk_opt.large_cache_mb << 20;
+  if (cache_n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
+    /* make room by evicting the oldest entries */
+    while (cache_bytes + r->map_size > limit && cache_n > 0) {
+      unsigned oldest = 0;
+      for (unsigned i = 1; i < cache_n; i++)
+        if (cache[i]->cached_at_ms < cache[oldest]->cached_at_ms) oldest = i;
+      victims[nv++] = cache[oldest];
+      cache_remove_at(oldest);
+    }
+    r->cached_at_ms = hk_os_now_ms();
+    cache[cache_n++] = r;
+    cache_bytes += r->map_size;
+  } else {
+    victims[nv++] = r;
+  }
+  pthread_mutex_unlock(&hk_large_lock);
+  for (unsigned i = 0; i < nv; i++) unmap_large(victims[i]);
+}
+
+size_t hk_large_usable(hk_region *r) { return r->map_size - r->user_offset; }
+
+/* Resize in place or move with mremap. NULL: the caller copies. */
+void *hk_large_realloc(hk_region *r, void *p, size_t size) {
+  if (size > ((size_t)1 << 46)) return NULL;
+  size_t need = round_page(r->user_offset + size);
+  if (need <= r->map_size) {
+    /* shrink: give back the tail when at least half the mapping is unused */
+    if (need <= r->map_size / 2 && hk_os_shrink(r, r->map_size, need)) {
+      atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, r->map_size - need, memory_order_relaxed);
+      r->map_size = need;
+    }
+    r->user_size = size;
+    return p;
+  }
+  size_t old = r->map_size;
+  hk_region *n = hk_os_remap(r, old, need, HK_REGION_SIZE);
+  if (n == NULL) return NULL;
+  hk_stat_add(large_remaps, 1);
+  if (n != r) {
+    hk_region_unregister(r);
+    hk_region_register(n);
+  }
+  n->map_size = need;
+  n->user_size = size;
+  hk_stat_peak(&hk_stats.large_peak_bytes,
+               atomic_fetch_add_explicit(&hk_stats.large_mapped_bytes, need - old, memory_order_relaxed) + need - old);
+  return (char *)n + n->user_offset;
+}

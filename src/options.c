@@ -1,0 +1,87 @@
+/* Options: one table, read once at initialisation from HAKMEM_* environment
+ * variables. The defaults are the settings measured best (docs/OPTIONS.md).
+ * `environ` is scanned by hand: this runs inside the first malloc. */
+#include "internal.h"
+
+#include <string.h>
+
+extern char **environ;
+
+hk_options hk_opt;
+
+typedef struct option_desc {
+  const char *name;   /* without the HAKMEM_ prefix */
+  long *value;
+  long def, min, max;
+  const char *doc;
+} option_desc;
+
+static option_desc options[] = {
+  {"STATS", &hk_opt.stats, 0, 0, 1, "print per-tier counters and peak RSS at exit"},
+  {"PURGE_DELAY_MS", &hk_opt.purge_delay_ms, 100, 0, 1000000,
+   "how long a free slab stays committed before it is returned with MADV_DONTNEED"},
+  {"REGION_RESERVE", &hk_opt.region_reserve, 2, 0, 1024,
+   "empty 2 MiB regions kept mapped (purged) instead of unmapped"},
+  {"LARGE_CACHE_MB", &hk_opt.large_cache_mb, 64, 0, 1 << 20,
+   "bytes of freed large blocks kept mapped for reuse"},
+  {"LARGE_CACHE_ENTRIES", &hk_opt.large_cache_max, 16, 0, 64,
+   "number of freed large blocks kept for reuse"},
+  {"VERBOSE", &hk_opt.verbose, 0, 0, 1, "print warnings (e.g. failed munmap) to stderr"},
+};
+
+static bool parse_long(const char *s, long *out) {
+  long v = 0;
+  bool neg = false;
+  if (*s == '-') { neg = true; s++; }
+  if (*s < '0' || *s > '9') return false;
+  while (*s >= '0' && *s <= '9') {
+    if (v > (1L << 50)) return false;
+    v = v * 10 + (*s++ - '0');
+  }
+  if (*s != 0) return false;
+  *out = neg ? -v : v;
+  return true;
+}
+
+static const char *env_lookup(const char *name) {
+  if (environ == NULL) return NULL;
+  size_t n = strlen(name);
+  for (char **e = environ; *e != NULL; e++) {
+    const char *s = *e;
+    if (strncmp(s, "HAKMEM_", 7) == 0 && strncmp(s + 7, name, n) == 0 && s[7 + n] == '=') return s + 8 + n;
+  }
+  return NULL;
+}
+
+void hk_options_init(void) {
+  for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
+    option_desc *o = &options[i];
+    *o->value = o->def;
+    const char *s = env_lookup(o->name);
+    long v;
+    if (s == NULL) continue;
+    if (parse_long(s, &v) && v >= o->min && v <= o->max) {
+      *o->value = v;
+    } else {
+      static const char msg[] = "hakmem: warning: ignoring invalid value of HAKMEM_";
+      hk_os_write_stderr(msg, sizeof msg - 1);
+      hk_os_write_stderr(o->name, strlen(o->name));
+      hk_os_write_stderr("\n", 1);
+    }
+  }
+}
+
+void hk_options_print(void) {
+  char line[160];
+  for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
+    size_t n = 0, len = strlen(options[i].name);
+    memcpy(line + n, "  HAKMEM_", 9); n += 9;
+    memcpy(line + n, options[i].name, len); n += len;
+    line[n++] = '=';
+    long v = *options[i].value;
+    if (v < 0) { line[n++] = '-'; v = -v; }
+    n += hk_fmt_dec(line + n, (uint64_t)v);
+    line[n++] = '\n';
+    hk_os_write_stderr(line, n);
+  }
+}

@@ -1,0 +1,126 @@
+/* Every system call hakmem makes lives here. None of these run on the
+ * malloc/free fast path. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef MAP_NORESERVE
+#define MAP_NORESERVE 0
+#endif
+
+static void *map_raw(void *hint, size_t size) {
+  void *p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* Map `size` bytes aligned to `align` (a power of two >= the OS page):
+ * over-map by `align` and trim both ends (three system calls, once per
+ * region or large block). */
+void *hk_os_map_aligned(size_t size, size_t align) {
+  if (size > SIZE_MAX - align) return NULL;
+  size_t over = size + align;
+  char *q = map_raw(NULL, over);
+  if (q == NULL) return NULL;
+  uintptr_t aligned = ((uintptr_t)q + align - 1) & ~(uintptr_t)(align - 1);
+  size_t lead = aligned - (uintptr_t)q, trail = over - lead - size;
+  if (lead) munmap(q, lead);
+  if (trail) munmap((char *)aligned + size, trail);
+  return (void *)aligned;
+}
+
+void hk_os_unmap(void *p, size_t size) {
+  if (munmap(p, size) != 0) hk_warning("munmap failed");
+}
+
+void hk_os_purge(void *p, size_t size) {
+  /* MADV_DONTNEED (not MADV_FREE): the pages leave RSS immediately and read
+   * back as zero. */
+  madvise(p, size, MADV_DONTNEED);
+}
+
+/* Grow or shrink a mapping; the result keeps `align`. Moving is done with
+ * mremap so the pages are not copied. */
+void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align) {
+#ifdef MREMAP_MAYMOVE
+  void *q = mremap(p, old_size, new_size, 0);
+  if (q != MAP_FAILED) return q;
+#ifdef MREMAP_FIXED
+  void *dst = hk_os_map_aligned(new_size, align);
+  if (dst == NULL) return NULL;
+  q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+  if (q != MAP_FAILED) return q;
+  munmap(dst, new_size);
+#endif
+#endif
+  (void)p; (void)old_size; (void)new_size; (void)align;
+  return NULL;
+}
+
+bool hk_os_shrink(void *p, size_t old_size, size_t new_size) {
+  if (new_size >= old_size) return new_size == old_size;
+  return munmap((char *)p + new_size, old_size - new_size) == 0;
+}
+
+uint64_t hk_os_now_ms(void) {
+  struct timespec ts;
+#ifdef CLOCK_MONOTONIC_COARSE
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); /* vDSO: no system call */
+#else
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+#endif
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+uint64_t hk_os_random(void) {
+  uint64_t v = 0;
+#ifdef SYS_getrandom
+  if (syscall(SYS_getrandom, &v, sizeof v, 0) == (long)sizeof v && v != 0) return v;
+#endif
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  v = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&v ^ (uint64_t)getpid() << 16;
+  /* splitmix64 finaliser */
+  v += 0x9e3779b97f4a7c15ull;
+  v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
+  v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
+  return v ^ (v >> 31);
+}
+
+size_t hk_os_peak_rss_kb(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return (size_t)ru.ru_maxrss;
+}
+
+size_t hk_os_current_rss_kb(void) {
+  char buf[128];
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  const char *s = buf;
+  while (*s && *s != ' ') s++;
+  size_t pages = 0;
+  while (*s == ' ') s++;
+  while (*s >= '0' && *s <= '9') pages = pages * 10 + (size_t)(*s++ - '0');
+  return pages * ((size_t)sysconf(_SC_PAGESIZE) / 1024);
+}
+
+void hk_os_write_stderr(const char *s, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(2, s, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    s += w;
+    n -= (size_t)w;
+  }
+}

@@ -1,0 +1,83 @@
+/* The C library's malloc family, for libhakmem.so / libhakmem.a. Each
+ * entry point inlines the fast path. */
+#include "internal.h"
+#include "fastpath.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "hakmem.h"
+
+void hk_region_usage(size_t *mapped, size_t *in_use);
+
+HK_API void *malloc(size_t size) { return hk_malloc_fast(size); }
+HK_API void free(void *p) { hk_free_fast(p); }
+HK_API void *calloc(size_t n, size_t size) { return hk_calloc(n, size); }
+HK_API void *realloc(void *p, size_t size) { return hk_realloc(p, size); }
+HK_API void *reallocarray(void *p, size_t n, size_t size) { return hak_reallocarray(p, n, size); }
+HK_API int posix_memalign(void **out, size_t align, size_t size) { return hak_posix_memalign(out, align, size); }
+HK_API void *aligned_alloc(size_t align, size_t size) { return hak_aligned_alloc(align, size); }
+HK_API void *memalign(size_t align, size_t size) { return hak_memalign(align, size); }
+HK_API void *valloc(size_t size) { return hak_valloc(size); }
+HK_API void *pvalloc(size_t size) { return hak_pvalloc(size); }
+HK_API size_t malloc_usable_size(void *p) { return hk_usable_size(p); }
+HK_API void free_sized(void *p, size_t size) { (void)size; hk_free_fast(p); }
+HK_API void free_aligned_sized(void *p, size_t align, size_t size) { (void)align; (void)size; hk_free_fast(p); }
+HK_API void cfree(void *p) { hk_free_fast(p); }
+HK_API int malloc_trim(size_t pad) { return hak_malloc_trim(pad); }
+HK_API void malloc_stats(void) { hk_stats_print(); }
+
+/* glibc's internal names, called directly by a few programs and libraries. */
+HK_API void *__libc_malloc(size_t size) { return hk_malloc_fast(size); }
+HK_API void __libc_free(void *p) { hk_free_fast(p); }
+HK_API void *__libc_calloc(size_t n, size_t size) { return hk_calloc(n, size); }
+HK_API void *__libc_realloc(void *p, size_t size) { return hk_realloc(p, size); }
+HK_API void *__libc_memalign(size_t align, size_t size) { return hak_memalign(align, size); }
+HK_API void *__libc_valloc(size_t size) { return hak_valloc(size); }
+HK_API void *__libc_pvalloc(size_t size) { return hak_pvalloc(size); }
+HK_API int __posix_memalign(void **out, size_t align, size_t size) { return hak_posix_memalign(out, align, size); }
+
+/* mallopt: hakmem is configured through HAKMEM_* variables; every request is
+ * accepted and has no effect, like glibc's answer for a known parameter. */
+HK_API int mallopt(int param, int value) {
+  (void)param; (void)value;
+  return 1;
+}
+
+static void usage(size_t *arena, size_t *used, size_t *large) {
+  size_t mapped, in_use;
+  hk_region_usage(&mapped, &in_use);
+  *large = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed);
+  *arena = mapped;
+  *used = in_use;
+}
+
+HK_API struct mallinfo2 mallinfo2(void) {
+  struct mallinfo2 mi;
+  size_t arena, used, large;
+  memset(&mi, 0, sizeof mi);
+  usage(&arena, &used, &large);
+  mi.arena = arena;                       /* bytes in small/medium regions */
+  mi.hblkhd = large;                      /* bytes in large mappings */
+  mi.hblks = atomic_load_explicit(&hk_stats.large_allocs, memory_order_relaxed) -
+             atomic_load_explicit(&hk_stats.large_frees, memory_order_relaxed);
+  mi.uordblks = used + large;             /* bytes in pages in use + large blocks */
+  mi.fordblks = arena > used ? arena - used : 0;
+  mi.usmblks = 0;
+  mi.keepcost = 0;
+  return mi;
+}
+
+HK_API struct mallinfo mallinfo(void) {
+  struct mallinfo2 m2 = mallinfo2();
+  struct mallinfo mi;
+  memset(&mi, 0, sizeof mi);
+  mi.arena = (int)m2.arena;
+  mi.hblks = (int)m2.hblks;
+  mi.hblkhd = (int)m2.hblkhd;
+  mi.uordblks = (int)m2.uordblks;
+  mi.fordblks = (int)m2.fordblks;
+  return mi;
+}

@@ -1,0 +1,114 @@
+/* Pages: a span of slabs carved into blocks of one size class.
+ *
+ * The owner thread pops and pushes `page->free` with plain loads and stores.
+ * Other threads push freed blocks onto `page->remote` with one CAS; the
+ * owner takes the whole remote stack with another CAS when it runs dry
+ * (hk_page_collect). Blocks are carved lazily, 16 KiB at a time, so a page
+ * only commits the memory it has handed out. */
+#include "internal.h"
+
+#include <string.h>
+
+#define EXTEND_BYTES (16u << 10)
+
+extern _Atomic uint32_t hk_abandoned_hint;
+
+void hk_page_init(hk_page *page, unsigned cls) {
+  hk_region *r = hk_region_of(page);
+  unsigned idx = (unsigned)(page - r->pages);
+  uint32_t bs = hk_class_size[cls];
+  uint32_t span = (uint32_t)page->nslabs * (uint32_t)HK_SLAB_SIZE;
+  page->start = (uintptr_t)r + (uintptr_t)idx * HK_SLAB_SIZE;
+  page->block_size = bs;
+  page->reserved = span / bs;
+  page->div_magic = UINT64_MAX / bs + 1;
+  page->cls = (uint16_t)cls;
+  page->free = NULL;
+  page->used = 0;
+  page->capacity = 0;
+  page->in_full = 0;
+  atomic_store_explicit(&page->remote, HK_PAGE_NORMAL, memory_order_relaxed);
+  /* area last: until it is set, free() treats pointers here as invalid */
+  page->area = page->reserved * bs;
+}
+
+/* Carve the next EXTEND_BYTES of untouched blocks onto the free list, in
+ * address order so that consecutive mallocs return neighbouring blocks. */
+bool hk_page_extend(hk_page *page, uintptr_t key) {
+  if (page->capacity >= page->reserved) return false;
+  uint32_t bs = page->block_size;
+  uint32_t n = EXTEND_BYTES / bs;
+  if (n == 0) n = 1;
+  if (n > page->reserved - page->capacity) n = page->reserved - page->capacity;
+  char *first = (char *)page->start + (size_t)page->capacity * bs;
+  char *b = first;
+  for (uint32_t i = 1; i < n; i++, b += bs) hk_link_set((hk_block *)b, (hk_block *)(b + bs), key);
+  hk_link_set((hk_block *)b, page->free, key);
+  page->free = (hk_block *)first;
+  page->capacity += n;
+  return true;
+}
+
+static bool list_contains(hk_block *list, hk_block *b, uint32_t limit, uintptr_t key) {
+  for (uint32_t i = 0; list != NULL && i <= limit; i++) {
+    if (list == b) return true;
+    list = hk_link_next(list, key);
+  }
+  return false;
+}
+
+/* Is b already free in this page: on the owner's list, on the remote stack,
+ * or further down `chain` (the rest of a remote stack being collected)?
+ * Owner only. Walks are bounded: a double free can make a list cyclic. */
+bool hk_page_contains_free(hk_page *page, hk_block *b, hk_block *chain, uintptr_t key) {
+  uint32_t limit = page->reserved;
+  if (list_contains(page->free, b, limit, key)) return true;
+  if (list_contains(chain, b, limit, key)) return true;
+  hk_block *remote = (hk_block *)(atomic_load_explicit(&page->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK);
+  return list_contains(remote, b, limit, key);
+}
+
+/* Take the remote stack, set the page state to new_state, move the blocks
+ * onto the owner's list. Returns how many blocks came back. */
+uint32_t hk_page_collect(hk_page *page, unsigned new_state, uintptr_t key) {
+  uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
+  while (!atomic_compare_exchange_weak_explicit(&page->remote, &old, (uintptr_t)new_state,
+                                                memory_order_acq_rel, memory_order_relaxed)) {
+  }
+  hk_block *b = (hk_block *)(old & ~HK_REMOTE_STATE_MASK);
+  uint32_t count = 0;
+  while (b != NULL) {
+    uintptr_t raw = b->link ^ key;
+    hk_block *next = (hk_block *)(raw & ~(uintptr_t)1);
+    if (HK_UNLIKELY(raw & 1) && hk_page_contains_free(page, b, next, key))
+      hk_fatal("double free detected (block freed twice, second time from another thread)", b);
+    if (HK_UNLIKELY(++count > page->used)) hk_fatal("free list corrupted (double free or heap overflow)", b);
+    hk_link_set(b, page->free, key);
+    page->free = b;
+    b = next;
+  }
+  page->used -= count;
+  return count;
+}
+
+/* Free from a thread that does not own the page. `suspicious`: the block
+ * looked free already; the owner checks it when it collects. */
+void hk_page_remote_free(hk_page *page, hk_block *b, bool suspicious, uintptr_t key) {
+  /* Read the owner before the push: once pushed, the block may be collected
+   * and the page released at any time. */
+  hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_acquire);
+  uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
+  do {
+    b->link = ((old & ~HK_REMOTE_STATE_MASK) | (uintptr_t)suspicious) ^ key;
+  } while (!atomic_compare_exchange_weak_explicit(&page->remote, &old,
+                                                  (uintptr_t)b | (old & HK_REMOTE_STATE_MASK),
+                                                  memory_order_release, memory_order_relaxed));
+  unsigned state = (unsigned)(old & HK_REMOTE_STATE_MASK);
+  /* Heaps are never unmapped, so a stale owner pointer is harmless here. */
+  if (state == HK_PAGE_FULL && owner != NULL)
+    atomic_store_explicit(&owner->remote_hint, 1, memory_order_release);
+  else if (state == HK_PAGE_ABANDONED)
+    atomic_store_explicit(&hk_abandoned_hint, 1, memory_order_release);
+  hk_heap *self = hk_tls_heap;
+  if (self != &hk_heap_empty) self->stats.remote_frees++;
+}

@@ -1,0 +1,193 @@
+/* Regions: 2 MiB-aligned mappings cut into 64 KiB slabs. Any free span of
+ * slabs in any region can become a page of any size class. This is the only
+ * shared structure on the small-block path; it is taken once per page (tens
+ * to thousands of blocks), never per block.
+ *
+ * Memory goes back to the OS after hk_opt.purge_delay_ms: free slabs are
+ * purged with MADV_DONTNEED, and empty regions beyond hk_opt.region_reserve
+ * are unmapped. The delay keeps a program that frees and re-allocates in a
+ * loop from paying a page fault per block. */
+#include "internal.h"
+
+#include <string.h>
+
+pthread_mutex_t hk_region_lock = PTHREAD_MUTEX_INITIALIZER;
+_Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
+
+#define ALL_SLABS (~(uint32_t)1) /* slabs 1..31 */
+
+static hk_region *regions;       /* every small region */
+static uint64_t next_purge_ms;
+
+void hk_region_register(void *base) {
+  uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
+  if (idx >> HK_MAP_BITS) hk_fatal("mapping above the supported address space", base);
+  atomic_fetch_or_explicit(&hk_region_map[idx >> 6], (uint64_t)1 << (idx & 63), memory_order_release);
+}
+
+void hk_region_unregister(void *base) {
+  uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
+  atomic_fetch_and_explicit(&hk_region_map[idx >> 6], ~((uint64_t)1 << (idx & 63)), memory_order_release);
+}
+
+static hk_region *region_new(void) {
+  hk_region *r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE);
+  if (r == NULL) return NULL;
+  if (((uintptr_t)r >> HK_REGION_SHIFT) >> HK_MAP_BITS) {
+    hk_os_unmap(r, HK_REGION_SIZE);
+    return NULL;
+  }
+  r->magic = HK_MAGIC_REGION;
+  r->kind = HK_KIND_SMALL;
+  r->free_mask = ALL_SLABS;
+  r->dirty_mask = 0;
+  r->next = regions;
+  if (regions) regions->prev = r;
+  regions = r;
+  hk_region_register(r);
+  hk_stat_add(regions_mapped, 1);
+  hk_stat_peak(&hk_stats.regions_peak, hk_stat_add(regions_live, 1) + 1);
+  return r;
+}
+
+static void region_delete(hk_region *r) {
+  if (r->prev) r->prev->next = r->next; else regions = r->next;
+  if (r->next) r->next->prev = r->prev;
+  hk_region_unregister(r);
+  hk_os_unmap(r, HK_REGION_SIZE);
+  hk_stat_add(regions_unmapped, 1);
+  atomic_fetch_sub_explicit(&hk_stats.regions_live, 1, memory_order_relaxed);
+}
+
+/* Bit i of the result: slabs i .. i+n-1 are all set in mask. */
+static uint32_t runs_of(uint32_t mask, unsigned n) {
+  uint32_t m = mask;
+  for (unsigned k = 1; k < n; k++) m &= mask >> k;
+  return m;
+}
+
+static void purge_runs(hk_region *r, uint32_t mask) {
+  while (mask) {
+    unsigned i = (unsigned)__builtin_ctz(mask);
+    unsigned n = 0;
+    while (i + n < HK_SLABS && (mask >> (i + n)) & 1) n++;
+    hk_os_purge((char *)r + (size_t)i * HK_SLAB_SIZE, (size_t)n * HK_SLAB_SIZE);
+    hk_stat_add(slabs_purged, n);
+    hk_stat_add(purge_calls, 1);
+    mask &= ~(((n == 32) ? ~0u : ((1u << n) - 1)) << i);
+  }
+}
+
+/* Caller holds hk_region_lock. */
+static bool purge_locked(uint64_t now, bool force) {
+  bool released = false;
+  long empty_kept = 0;
+  hk_region *next;
+  for (hk_region *r = regions; r != NULL; r = next) {
+    next = r->next;
+    if (r->dirty_mask && (force || now >= r->purge_at_ms)) {
+      purge_runs(r, r->dirty_mask);
+      r->dirty_mask = 0;
+      r->purge_at_ms = 0;
+      released = true;
+    }
+    if (r->free_mask == ALL_SLABS) {
+      bool old_enough = force || now >= r->empty_since_ms + (uint64_t)hk_opt.purge_delay_ms;
+      if (old_enough && (force || empty_kept >= hk_opt.region_reserve)) {
+        region_delete(r);
+        released = true;
+      } else {
+        empty_kept++;
+      }
+    }
+  }
+  next_purge_ms = now + (uint64_t)(hk_opt.purge_delay_ms / 2 + 1);
+  return released;
+}
+
+static void maybe_purge_locked(void) {
+  uint64_t now = hk_os_now_ms();
+  if (now >= next_purge_ms) purge_locked(now, false);
+}
+
+bool hk_region_purge(bool force) {
+  pthread_mutex_lock(&hk_region_lock);
+  bool released = purge_locked(hk_os_now_ms(), force);
+  pthread_mutex_unlock(&hk_region_lock);
+  return released;
+}
+
+hk_page *hk_region_alloc_span(unsigned n) {
+  pthread_mutex_lock(&hk_region_lock);
+  maybe_purge_locked();
+  /* Prefer, in order: committed slabs in a region in use, clean slabs in a
+   * region in use, then empty regions (so those can be given back). */
+  hk_region *best = NULL;
+  uint32_t best_runs = 0;
+  int best_score = -1;
+  for (hk_region *r = regions; r != NULL && best_score < 3; r = r->next) {
+    uint32_t runs = runs_of(r->free_mask, n);
+    if (!runs) continue;
+    uint32_t dirty_runs = runs_of(r->free_mask & r->dirty_mask, n);
+    int score = (r->free_mask != ALL_SLABS ? 2 : 0) + (dirty_runs ? 1 : 0);
+    if (score > best_score) {
+      best = r;
+      best_score = score;
+      best_runs = dirty_runs ? dirty_runs : runs;
+    }
+  }
+  if (best == NULL) {
+    best = region_new();
+    if (best == NULL) {
+      purge_locked(hk_os_now_ms(), true);
+      best = region_new();
+    }
+    if (best == NULL) {
+      pthread_mutex_unlock(&hk_region_lock);
+      return NULL;
+    }
+    best_runs = runs_of(best->free_mask, n);
+  }
+  unsigned i = (unsigned)__builtin_ctz(best_runs);
+  uint32_t run = (n == 32 ? ~0u : ((1u << n) - 1)) << i;
+  best->free_mask &= ~run;
+  best->dirty_mask &= ~run;
+  if (best->dirty_mask == 0) best->purge_at_ms = 0;
+  best->empty_since_ms = 0;
+  hk_page *page = &best->pages[i];
+  memset(page, 0, n * sizeof(hk_page));
+  page->nslabs = (uint8_t)n;
+  for (unsigned k = 1; k < n; k++) page[k].back = (uint8_t)k;
+  hk_stat_peak(&hk_stats.slabs_peak, hk_stat_add(slabs_in_use, n) + n);
+  pthread_mutex_unlock(&hk_region_lock);
+  return page;
+}
+
+void hk_region_free_span(hk_page *page) {
+  hk_region *r = hk_region_of(page);
+  unsigned i = (unsigned)(page - r->pages), n = page->nslabs;
+  uint32_t run = (n == 32 ? ~0u : ((1u << n) - 1)) << i;
+  pthread_mutex_lock(&hk_region_lock);
+  memset(page, 0, n * sizeof(hk_page));
+  r->free_mask |= run;
+  r->dirty_mask |= run;
+  uint64_t now = hk_os_now_ms();
+  if (r->purge_at_ms == 0) r->purge_at_ms = now + (uint64_t)hk_opt.purge_delay_ms;
+  if (r->free_mask == ALL_SLABS) r->empty_since_ms = now;
+  atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, n, memory_order_relaxed);
+  if (now >= next_purge_ms) purge_locked(now, false);
+  pthread_mutex_unlock(&hk_region_lock);
+}
+
+/* Bytes mapped for small regions and bytes in live pages (for mallinfo2). */
+void hk_region_usage(size_t *mapped, size_t *in_use) {
+  pthread_mutex_lock(&hk_region_lock);
+  size_t m = 0, u = 0;
+  for (hk_region *r = regions; r != NULL; r = r->next) {
+    m += HK_REGION_SIZE;
+    u += (size_t)(31 - __builtin_popcount(r->free_mask)) * HK_SLAB_SIZE;
+  }
+  pthread_mutex_unlock(&hk_region_lock);
+  *mapped = m;
+  *in_use = u;
+}

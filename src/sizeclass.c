@@ -1,0 +1,51 @@
+/* Size classes and the page span each class uses.
+ *
+ * Classes: 8, 16, ..., 128 (8 B apart), then 8 per power of two up to 1 MiB
+ * (at most 12.5 % apart), 120 in all. Blocks up to 8 KiB live in one-slab
+ * (64 KiB) pages; larger ones in spans of 1..16 slabs, chosen so that the
+ * span wastes as little as possible at its end. */
+#include "internal.h"
+
+uint32_t hk_class_size[HK_NCLASSES];
+uint8_t hk_class_slabs[HK_NCLASSES];
+uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
+
+static unsigned span_for(uint32_t bs) {
+  if (bs <= 8192) return 1;
+  unsigned best = 0;
+  uint64_t best_waste = UINT64_MAX;
+  unsigned nmin = (unsigned)((bs + HK_SLAB_SIZE - 1) / HK_SLAB_SIZE);
+  for (unsigned n = nmin; n <= HK_MAX_SPAN_SLABS; n++) {
+    uint64_t span = (uint64_t)n * HK_SLAB_SIZE;
+    uint64_t blocks = span / bs;
+    uint64_t waste = span - blocks * bs;
+    /* compare waste as a fraction of the span: waste/span < best/bestspan */
+    if (best == 0 || waste * ((uint64_t)best * HK_SLAB_SIZE) < best_waste * span) {
+      best = n;
+      best_waste = waste;
+    }
+    if (waste == 0) break;
+  }
+  return best;
+}
+
+void hk_sizeclass_init(void) {
+  for (unsigned c = 0; c < HK_NCLASSES; c++) {
+    uint32_t size;
+    if (c < 16) {
+      size = 8 * (c + 1);
+    } else {
+      unsigned b = 7 + (c - 16) / 8, sub = (c - 16) % 8;
+      size = (uint32_t)((8 + sub + 1) << (b - 3));
+    }
+    hk_class_size[c] = size;
+    hk_class_slabs[c] = (uint8_t)span_for(size);
+  }
+  hk_class_lut[0] = 0;
+  for (size_t i = 1; i < sizeof(hk_class_lut); i++) {
+    size_t size = i * 8; /* (size + 7) >> 3 == i for sizes in (8i-8, 8i] */
+    unsigned c = 0;
+    while (hk_class_size[c] < size) c++;
+    hk_class_lut[i] = (uint8_t)c;
+  }
+}

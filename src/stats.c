@@ -1,0 +1,82 @@
+/* Statistics: global counters updated on slow paths only (page, region and
+ * large-block events), per-thread counters merged when a thread exits.
+ * HAKMEM_STATS=1 prints them at exit; malloc_stats() prints them on demand. */
+#include "internal.h"
+
+#include <string.h>
+
+hk_stats_t hk_stats;
+static hk_heap_stats exited; /* merged from exited threads, under hk_heap_lock */
+
+void hk_stat_peak(_Atomic uint64_t *peak, uint64_t v) {
+  uint64_t cur = atomic_load_explicit(peak, memory_order_relaxed);
+  while (v > cur && !atomic_compare_exchange_weak_explicit(peak, &cur, v, memory_order_relaxed, memory_order_relaxed)) {
+  }
+}
+
+void hk_stats_merge_heap(hk_heap *h) {
+  pthread_mutex_lock(&hk_heap_lock);
+  exited.pages_acquired += h->stats.pages_acquired;
+  exited.pages_released += h->stats.pages_released;
+  exited.remote_frees += h->stats.remote_frees;
+  exited.pages_adopted += h->stats.pages_adopted;
+  pthread_mutex_unlock(&hk_heap_lock);
+}
+
+static void line(const char *name, uint64_t v, const char *unit) {
+  char buf[160];
+  size_t n = 0, len = strlen(name);
+  memcpy(buf, "hakmem:   ", 10); n = 10;
+  memcpy(buf + n, name, len); n += len;
+  while (n < 40) buf[n++] = ' ';
+  n += hk_fmt_dec(buf + n, v);
+  if (unit) { size_t u = strlen(unit); buf[n++] = ' '; memcpy(buf + n, unit, u); n += u; }
+  buf[n++] = '\n';
+  hk_os_write_stderr(buf, n);
+}
+
+#define LOAD(f) atomic_load_explicit(&hk_stats.f, memory_order_relaxed)
+
+void hk_stats_print(void) {
+  hk_heap_stats t = exited;
+  hk_heap *h = hk_tls_heap;
+  if (h != &hk_heap_empty) {
+    t.pages_acquired += h->stats.pages_acquired;
+    t.pages_released += h->stats.pages_released;
+    t.remote_frees += h->stats.remote_frees;
+    t.pages_adopted += h->stats.pages_adopted;
+  }
+  static const char head[] = "hakmem: statistics (hakmem 0.1.0)\n";
+  hk_os_write_stderr(head, sizeof head - 1);
+  hk_os_write_stderr("hakmem: small/medium tier (size classes)\n", 41);
+  line("regions mapped", LOAD(regions_mapped), NULL);
+  line("regions unmapped", LOAD(regions_unmapped), NULL);
+  line("regions peak", LOAD(regions_peak), "x 2 MiB");
+  line("slabs in use", LOAD(slabs_in_use), "x 64 KiB");
+  line("slabs peak", LOAD(slabs_peak), "x 64 KiB");
+  line("slabs purged", LOAD(slabs_purged), "x 64 KiB");
+  line("purge calls (madvise)", LOAD(purge_calls), NULL);
+  line("pages acquired (this+exited threads)", t.pages_acquired, NULL);
+  line("pages released", t.pages_released, NULL);
+  line("pages adopted from exited threads", t.pages_adopted, NULL);
+  line("remote frees", t.remote_frees, NULL);
+  hk_os_write_stderr("hakmem: large tier (direct mappings)\n", 37);
+  line("large allocations", LOAD(large_allocs), NULL);
+  line("large frees", LOAD(large_frees), NULL);
+  line("large cache hits", LOAD(large_cache_hits), NULL);
+  line("large mremap calls", LOAD(large_remaps), NULL);
+  line("large unmaps", LOAD(large_unmaps), NULL);
+  line("large bytes mapped now", LOAD(large_mapped_bytes), "B");
+  line("large bytes mapped peak", LOAD(large_peak_bytes), "B");
+  hk_os_write_stderr("hakmem: process\n", 16);
+  line("heaps created", LOAD(heaps_created), NULL);
+  line("threads exited", LOAD(threads_exited), NULL);
+  line("peak RSS", hk_os_peak_rss_kb(), "KiB");
+  line("current RSS", hk_os_current_rss_kb(), "KiB");
+  hk_os_write_stderr("hakmem: options\n", 16);
+  hk_options_print();
+}
+
+__attribute__((destructor)) static void stats_at_exit(void) {
+  if (hk_opt.stats) hk_stats_print();
+}
