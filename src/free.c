@@ -8,7 +8,7 @@
 /* The fast path saw a block that looks free already: confirm by walking the
  * page's lists (rare: live blocks almost never look free, see hk_looks_free). */
 void hk_double_free_check(hk_page *page, hk_block *b) {
-  if (hk_page_contains_free(page, b, NULL, hk_key)) hk_fatal("double free detected", b);
+  if (hk_page_contains_free(page, b, hk_key)) hk_fatal("double free detected", b);
 }
 
 void hk_free_slow(void *p) {

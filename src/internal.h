@@ -71,13 +71,12 @@ HK_INLINE unsigned hk_size_class(size_t size) {
  * A free block's first word links to the next free block, XOR-ed with a
  * per-process secret (hk_key). The encoding lets free() recognise a block
  * that is already free with one compare (see hk_looks_free), and keeps a
- * stray user write from being followed as a valid pointer. Bit 0 of the
- * decoded link marks a block a remote free flagged for a double-free check. */
+ * stray user write from being followed as a valid pointer. */
 typedef struct hk_block { uintptr_t link; } hk_block;
 extern uintptr_t hk_key;
 
 HK_INLINE hk_block *hk_link_next(const hk_block *b, uintptr_t key) {
-  return (hk_block *)((b->link ^ key) & ~(uintptr_t)1);
+  return (hk_block *)(b->link ^ key);
 }
 HK_INLINE void hk_link_set(hk_block *b, const hk_block *next, uintptr_t key) {
   b->link = (uintptr_t)next ^ key;
@@ -239,7 +238,7 @@ bool hk_region_purge(bool force);                 /* true if memory was released
 void hk_page_init(hk_page *page, unsigned cls);
 bool hk_page_extend(hk_page *page, uintptr_t key);
 uint32_t hk_page_collect(hk_page *page, unsigned new_state, uintptr_t key);
-bool hk_page_contains_free(hk_page *page, hk_block *b, hk_block *chain, uintptr_t key);
+bool hk_page_contains_free(hk_page *page, hk_block *b, uintptr_t key);
 void hk_page_remote_free(hk_page *page, hk_block *b, bool suspicious, uintptr_t key);
 
 /* ---- heap.c ---- */

@@ -57,13 +57,12 @@ static bool list_contains(hk_block *list, hk_block *b, uint32_t limit, uintptr_t
   return false;
 }
 
-/* Is b already free in this page: on the owner's list, on the remote stack,
- * or further down `chain` (the rest of a remote stack being collected)?
- * Owner only. Walks are bounded: a double free can make a list cyclic. */
-bool hk_page_contains_free(hk_page *page, hk_block *b, hk_block *chain, uintptr_t key) {
+/* Is b already free in this page: on the owner's list or on the remote
+ * stack? Owner only. Walks are bounded: a double free can make a list
+ * cyclic. */
+bool hk_page_contains_free(hk_page *page, hk_block *b, uintptr_t key) {
   uint32_t limit = page->reserved;
   if (list_contains(page->free, b, limit, key)) return true;
-  if (list_contains(chain, b, limit, key)) return true;
   hk_block *remote = (hk_block *)(atomic_load_explicit(&page->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK);
   return list_contains(remote, b, limit, key);
 }
@@ -78,10 +77,7 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state, uintptr_t key) {
   hk_block *b = (hk_block *)(old & ~HK_REMOTE_STATE_MASK);
   uint32_t count = 0;
   while (b != NULL) {
-    uintptr_t raw = b->link ^ key;
-    hk_block *next = (hk_block *)(raw & ~(uintptr_t)1);
-    if (HK_UNLIKELY(raw & 1) && hk_page_contains_free(page, b, next, key))
-      hk_fatal("double free detected (block freed twice, second time from another thread)", b);
+    hk_block *next = hk_link_next(b, key);
     if (HK_UNLIKELY(++count > page->used)) hk_fatal("free list corrupted (double free or heap overflow)", b);
     hk_link_set(b, page->free, key);
     page->free = b;
@@ -92,14 +88,20 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state, uintptr_t key) {
 }
 
 /* Free from a thread that does not own the page. `suspicious`: the block
- * looked free already; the owner checks it when it collects. */
+ * looks free already (hk_looks_free). */
 void hk_page_remote_free(hk_page *page, hk_block *b, bool suspicious, uintptr_t key) {
+  /* Only the owner may walk the page's lists to confirm, and pushing the
+   * block would corrupt the list it is already on. A live block's first word
+   * is 0 or user data, which matches a free link only if it equals
+   * hk_key ^ (an address in this page): with a random 64-bit key, that does
+   * not happen by chance. */
+  if (HK_UNLIKELY(suspicious)) hk_fatal("double free detected (block freed again by another thread)", b);
   /* Read the owner before the push: once pushed, the block may be collected
    * and the page released at any time. */
   hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_acquire);
   uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
   do {
-    b->link = ((old & ~HK_REMOTE_STATE_MASK) | (uintptr_t)suspicious) ^ key;
+    b->link = (old & ~HK_REMOTE_STATE_MASK) ^ key;
   } while (!atomic_compare_exchange_weak_explicit(&page->remote, &old,
                                                   (uintptr_t)b | (old & HK_REMOTE_STATE_MASK),
                                                   memory_order_release, memory_order_relaxed));
