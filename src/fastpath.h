@@ -53,7 +53,11 @@ HK_INLINE void hk_free_fast(void *p) {
       hk_block *b = (hk_block *)p;
       if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap)) {
         uintptr_t key = heap->key;
-        if (HK_UNLIKELY(hk_looks_free(page, b, key))) hk_double_free_check(page, b);
+        /* every call below is a tail call: no registers to save here */
+        if (HK_UNLIKELY(hk_looks_free(page, b, key))) {
+          hk_free_local_checked(heap, page, b);
+          return;
+        }
         hk_block *first = page->free;
         hk_link_set(b, first, key);
         page->free = b;

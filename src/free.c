@@ -6,9 +6,14 @@
 #include <errno.h>
 
 /* The fast path saw a block that looks free already: confirm by walking the
- * page's lists (rare: live blocks almost never look free, see hk_looks_free). */
-void hk_double_free_check(hk_page *page, hk_block *b) {
-  if (hk_page_contains_free(page, b, hk_key)) hk_fatal("double free detected", b);
+ * page's lists (rare: live blocks almost never look free, see
+ * hk_looks_free), then free it as the fast path would have. */
+void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b) {
+  if (hk_page_contains_free(page, b, heap->key)) hk_fatal("double free detected", b);
+  hk_block *first = page->free;
+  hk_link_set(b, first, heap->key);
+  page->free = b;
+  if (--page->used == 0 || first == NULL) hk_heap_page_emptied(heap, page);
 }
 
 void hk_free_slow(void *p) {

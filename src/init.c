@@ -8,7 +8,6 @@
 
 #include <sched.h>
 
-void hk_sizeclass_init(void);
 void hk_heap_fork_lock(void);
 void hk_heap_fork_unlock(void);
 

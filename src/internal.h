@@ -93,50 +93,69 @@ enum { HK_PAGE_NORMAL = 0, HK_PAGE_FULL = 1, HK_PAGE_ABANDONED = 2 };
 
 struct hk_heap;
 
+/* 128 bytes: the first cache line holds what the owner's malloc/free touch,
+ * the second what other threads write (remote) and the slow paths use. */
 typedef struct hk_page {
-  hk_block *free;            /* owner's free list */
-  uint32_t used;             /* blocks handed out and not yet returned to `free` */
-  uint32_t capacity;         /* blocks carved so far (rest is untouched memory) */
-  uintptr_t start;           /* first block */
+  /* bytes 0..7 are read by free() for any slab index, including slab 0,
+   * whose slot holds the region header instead (see hk_region) */
   uint32_t area;             /* reserved * block_size; 0 = not a live page */
-  uint32_t block_size;
-  uint64_t div_magic;        /* ceil(2^64 / block_size): divisibility test */
-  uint32_t reserved;         /* blocks that fit in the span */
-  uint16_t cls;
   uint8_t back;              /* in a span's later slabs: distance to the head slab */
   uint8_t nslabs;            /* in a head slab: span length */
+  uint16_t cls;
+  hk_block *free;            /* owner's free list */
+  uintptr_t start;           /* first block */
+  uint64_t div_magic;        /* ceil(2^64 / block_size): divisibility test */
   _Atomic(struct hk_heap *) heap; /* owner; NULL while abandoned */
+  uint32_t used;             /* blocks handed out and not yet returned to `free` */
+  uint32_t capacity;         /* blocks carved so far (rest is untouched memory) */
+  uint32_t reserved;         /* blocks that fit in the span */
+  uint32_t block_size;
+  uint8_t in_full;           /* owner's copy: page is on the full list */
+  uint8_t pad0[7];
+  /* second cache line */
   _Atomic uintptr_t remote;  /* remote-free stack | state */
   struct hk_page *next, *prev; /* heap queue, full list or abandoned list */
-  uint8_t in_full;           /* owner's copy: page is on the full list */
-  uint8_t pad[7];
+  uint8_t pad1[40];
 } hk_page;
 
-/* ---- regions ---- */
+_Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
+
+/* ---- regions ----
+ * The header is the page array. Slab 0 holds the header itself, so
+ * pages[0] never describes a page; its slot carries the region's own fields
+ * instead, after 8 zero bytes that overlay pages[0].area and .back so that
+ * free() of a pointer into slab 0 (a large block's data, or garbage) sees
+ * "not a live page". */
 #define HK_MAGIC_REGION 0x686b7267u /* "hkrg" */
 enum { HK_KIND_SMALL = 1, HK_KIND_LARGE = 2 };
 enum { HK_LARGE_LIVE = 1, HK_LARGE_CACHED = 2 };
 
 typedef struct hk_region {
-  uint32_t magic;
-  uint32_t kind;
-  /* small regions (region.c, under hk_region_lock) */
-  struct hk_region *next, *prev;
-  uint32_t free_mask;        /* bit i: slab i is free */
-  uint32_t dirty_mask;       /* bit i: slab i is free but may hold committed pages */
-  uint64_t purge_at_ms;      /* when dirty slabs may be given back (0: none) */
-  uint64_t empty_since_ms;   /* all slabs free since (0: not empty) */
-  /* large blocks (large.c, under hk_large_lock) */
-  size_t map_size;           /* bytes mapped from the region base */
-  size_t user_offset;        /* data starts at base + user_offset */
-  size_t user_size;          /* bytes requested */
-  uint32_t large_state;
-  uint32_t large_zero;       /* data is known to be zero (fresh mapping) */
-  uint64_t cached_at_ms;
-  hk_page pages[HK_SLABS];   /* large mappings leave these zero: area == 0 */
+  union {
+    hk_page pages[HK_SLABS];
+    struct {
+      uint64_t zero_guard;       /* = pages[0].area/back/nslabs/cls: always 0 */
+      uint32_t magic;
+      uint32_t kind;
+      /* small regions (region.c, under hk_region_lock) */
+      struct hk_region *next, *prev;
+      uint32_t free_mask;        /* bit i: slab i is free */
+      uint32_t dirty_mask;       /* bit i: slab i is free but may hold committed pages */
+      uint64_t purge_at_ms;      /* when dirty slabs may be given back (0: none) */
+      uint64_t empty_since_ms;   /* all slabs free since (0: not empty) */
+      /* large blocks (large.c) */
+      size_t map_size;           /* bytes mapped from the region base */
+      size_t user_offset;        /* data starts at base + user_offset */
+      size_t user_size;          /* bytes requested */
+      uint32_t large_state;
+      uint32_t large_zero;       /* data is known to be zero (fresh mapping) */
+      uint64_t cached_at_ms;
+    };
+  };
 } hk_region;
 
 _Static_assert(sizeof(hk_region) <= HK_LARGE_HEADER, "region header must fit in 4 KiB");
+_Static_assert(offsetof(hk_region, cached_at_ms) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
 
 /* ---- ownership bitmap: one bit per 2 MiB of address space ---- */
 extern _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
@@ -264,7 +283,9 @@ void *hk_calloc(size_t n, size_t size);
 void *hk_realloc(void *p, size_t size);
 void hk_free_slow(void *p);
 size_t hk_usable_size(const void *p);
-void hk_double_free_check(hk_page *page, hk_block *b);
+void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b);
+void hk_sizeclass_init(void);
+void hk_region_usage(size_t *mapped, size_t *in_use);
 int hk_trim(void);
 void hk_mallinfo_bytes(size_t *mapped, size_t *in_use);
 

@@ -10,7 +10,6 @@
 
 #include "hakmem.h"
 
-void hk_region_usage(size_t *mapped, size_t *in_use);
 
 HK_API void *malloc(size_t size) { return hk_malloc_fast(size); }
 HK_API void free(void *p) { hk_free_fast(p); }

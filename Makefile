@@ -1,0 +1,40 @@
+# Short commands around the CMake build. `make` builds build/libhakmem.so
+# and build/libhakmem.a; `make test` runs every test configuration.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+PREFIX ?= /usr/local
+CMAKE ?= cmake
+
+.PHONY: all build test test-release test-asan test-tsan test-install install clean
+
+all: build
+
+build:
+	$(CMAKE) -S . -B build -DCMAKE_BUILD_TYPE=Release
+	$(CMAKE) --build build -j $(JOBS)
+
+# Every test: the release build's suite (unit, stress, fork, churn, misuse,
+# C++, preload smoke tests), the unit tests under ASan+UBSan, the stress test
+# under TSan, and an install/pkg-config/find_package check.
+test: test-release test-asan test-tsan test-install
+
+test-release: build
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+test-asan:
+	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_SANITIZE=address
+	$(CMAKE) --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure
+
+test-tsan:
+	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_SANITIZE=thread
+	$(CMAKE) --build build-tsan -j $(JOBS)
+	cd build-tsan && ctest --output-on-failure
+
+test-install: build
+	sh tests/install_check.sh
+
+install: build
+	$(CMAKE) --install build --prefix $(PREFIX)
+
+clean:
+	rm -rf build build-asan build-tsan
