@@ -16,7 +16,8 @@ _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
 
 #define ALL_SLABS (~(uint32_t)1) /* slabs 1..31 */
 
-static hk_region *regions;       /* every small region */
+static hk_region *regions;       /* every small region; full ones (no free slab) at the tail */
+static hk_region *regions_tail;
 static uint64_t next_purge_ms;
 
 void hk_region_register(void *base) {
@@ -30,6 +31,24 @@ void hk_region_unregister(void *base) {
   atomic_fetch_and_explicit(&hk_region_map[idx >> 6], ~((uint64_t)1 << (idx & 63)), memory_order_release);
 }
 
+static void list_unlink(hk_region *r) {
+  if (r->prev) r->prev->next = r->next; else regions = r->next;
+  if (r->next) r->next->prev = r->prev; else regions_tail = r->prev;
+  r->next = r->prev = NULL;
+}
+static void list_push_front(hk_region *r) {
+  r->prev = NULL;
+  r->next = regions;
+  if (regions) regions->prev = r; else regions_tail = r;
+  regions = r;
+}
+static void list_push_back(hk_region *r) {
+  r->next = NULL;
+  r->prev = regions_tail;
+  if (regions_tail) regions_tail->next = r; else regions = r;
+  regions_tail = r;
+}
+
 static hk_region *region_new(void) {
   hk_region *r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE);
   if (r == NULL) return NULL;
@@ -41,9 +60,7 @@ static hk_region *region_new(void) {
   r->kind = HK_KIND_SMALL;
   r->free_mask = ALL_SLABS;
   r->dirty_mask = 0;
-  r->next = regions;
-  if (regions) regions->prev = r;
-  regions = r;
+  list_push_front(r);
   hk_region_register(r);
   hk_stat_add(regions_mapped, 1);
   hk_stat_peak(&hk_stats.regions_peak, hk_stat_add(regions_live, 1) + 1);
@@ -51,8 +68,7 @@ static hk_region *region_new(void) {
 }
 
 static void region_delete(hk_region *r) {
-  if (r->prev) r->prev->next = r->next; else regions = r->next;
-  if (r->next) r->next->prev = r->prev;
+  list_unlink(r);
   hk_region_unregister(r);
   hk_os_unmap(r, HK_REGION_SIZE);
   hk_stat_add(regions_unmapped, 1);
@@ -83,7 +99,7 @@ static bool purge_locked(uint64_t now, bool force) {
   bool released = false;
   long empty_kept = 0;
   hk_region *next;
-  for (hk_region *r = regions; r != NULL; r = next) {
+  for (hk_region *r = regions; r != NULL && r->free_mask != 0; r = next) {
     next = r->next;
     if (r->dirty_mask && (force || now >= r->purge_at_ms)) {
       purge_runs(r, r->dirty_mask);
@@ -125,7 +141,7 @@ hk_page *hk_region_alloc_span(unsigned n) {
   hk_region *best = NULL;
   uint32_t best_runs = 0;
   int best_score = -1;
-  for (hk_region *r = regions; r != NULL && best_score < 3; r = r->next) {
+  for (hk_region *r = regions; r != NULL && r->free_mask != 0 && best_score < 3; r = r->next) {
     uint32_t runs = runs_of(r->free_mask, n);
     if (!runs) continue;
     uint32_t dirty_runs = runs_of(r->free_mask & r->dirty_mask, n);
@@ -154,6 +170,10 @@ hk_page *hk_region_alloc_span(unsigned n) {
   best->dirty_mask &= ~run;
   if (best->dirty_mask == 0) best->purge_at_ms = 0;
   best->empty_since_ms = 0;
+  if (best->free_mask == 0 && best != regions_tail) { /* full: out of the search's way */
+    list_unlink(best);
+    list_push_back(best);
+  }
   hk_page *page = &best->pages[i];
   memset(page, 0, n * sizeof(hk_page));
   page->nslabs = (uint8_t)n;
@@ -169,6 +189,10 @@ void hk_region_free_span(hk_page *page) {
   uint32_t run = (n == 32 ? ~0u : ((1u << n) - 1)) << i;
   pthread_mutex_lock(&hk_region_lock);
   memset(page, 0, n * sizeof(hk_page));
+  if (r->free_mask == 0 && r != regions) { /* has free slabs again: back to the front */
+    list_unlink(r);
+    list_push_front(r);
+  }
   r->free_mask |= run;
   r->dirty_mask |= run;
   uint64_t now = hk_os_now_ms();

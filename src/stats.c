@@ -28,7 +28,7 @@ static void line(const char *name, uint64_t v, const char *unit) {
   size_t n = 0, len = strlen(name);
   memcpy(buf, "hakmem:   ", 10); n = 10;
   memcpy(buf + n, name, len); n += len;
-  while (n < 40) buf[n++] = ' ';
+  do buf[n++] = ' '; while (n < 50);
   n += hk_fmt_dec(buf + n, v);
   if (unit) { size_t u = strlen(unit); buf[n++] = ' '; memcpy(buf + n, unit, u); n += u; }
   buf[n++] = '\n';
