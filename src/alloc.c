@@ -24,7 +24,7 @@ void *hk_calloc(size_t n, size_t size) {
  * alignment gives naturally aligned blocks, because pages start on 64 KiB
  * boundaries. Larger alignments get a large block. */
 void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
-  if (align <= 16 && (align <= 8 || (size & 15) == 0 || size > HK_SMALL_MAX)) {
+  if (align <= 16 && (align <= 8 || (size != 0 && (size & 15) == 0) || size > HK_SMALL_MAX)) {
     /* classes above 128 B and multiples of 16 are 16-aligned */
     return zero ? hk_calloc(1, size) : hk_malloc_fast(size);
   }
@@ -55,8 +55,8 @@ void *hk_realloc(void *p, size_t size) {
     hk_free_fast(p);
     return NULL;
   }
-  size_t usable = hk_usable_size(p); /* also validates p */
-  hk_region *r = hk_region_of(p);
+  size_t usable = hk_block_size(p, "realloc()"); /* also validates p */
+  hk_region *r = hk_region_lookup(p);
   if (r->kind == HK_KIND_LARGE) {
     if (size > HK_MEDIUM_MAX || size >= usable / 2) {
       void *q = hk_large_realloc(r, p, size);
@@ -82,7 +82,7 @@ void *hk_realloc(void *p, size_t size) {
 int hk_trim(void) {
   int saved = errno;
   hk_heap *h = hk_tls_heap;
-  if (h != &hk_heap_empty) hk_heap_collect(h, false);
+  if (h != &hk_heap_empty) hk_heap_collect(h, true);
   hk_abandoned_sweep();
   bool released = hk_large_trim(true);
   released |= hk_region_purge(true);

@@ -23,15 +23,25 @@ size_t hk_fmt_dec(char *buf, uint64_t v) {
   return n;
 }
 
-void hk_fatal(const char *what, const void *p) {
-  char line[256];
-  size_t n = 0, len = strlen(what);
+/* "hakmem: error: <who>: <what> (address 0x...)" then abort(). */
+void hk_fatal_in(const char *who, const char *what, const void *p) {
+  char line[320];
+  size_t n = 0;
   static const char prefix[] = "hakmem: error: ";
-  memcpy(line, prefix, sizeof prefix - 1); n += sizeof prefix - 1;
-  if (len > 160) len = 160;
-  memcpy(line + n, what, len); n += len;
+  memcpy(line, prefix, sizeof prefix - 1);
+  n += sizeof prefix - 1;
+  const char *parts[2] = {who, what};
+  for (int i = 0; i < 2; i++) {
+    if (parts[i] == NULL) continue;
+    size_t len = strlen(parts[i]);
+    if (len > 140) len = 140;
+    memcpy(line + n, parts[i], len);
+    n += len;
+    if (i == 0) { line[n++] = ' '; line[n++] = 'o'; line[n++] = 'f'; line[n++] = ' '; }
+  }
   if (p != NULL) {
-    memcpy(line + n, " (address ", 10); n += 10;
+    memcpy(line + n, " (address ", 10);
+    n += 10;
     n += hk_fmt_hex(line + n, (uintptr_t)p);
     line[n++] = ')';
   }
@@ -39,6 +49,8 @@ void hk_fatal(const char *what, const void *p) {
   hk_os_write_stderr(line, n);
   abort();
 }
+
+void hk_fatal(const char *what, const void *p) { hk_fatal_in(NULL, what, p); }
 
 void hk_warning(const char *msg) {
   if (!hk_opt.verbose) return;

@@ -16,11 +16,16 @@ void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b) {
   if (--page->used == 0 || first == NULL) hk_heap_page_emptied(heap, page);
 }
 
+/* The header of the mapping p lies in, or NULL if hakmem did not map it. */
+hk_region *hk_region_lookup(const void *p) {
+  if (hk_region_is_ours((uintptr_t)p)) return hk_region_of(p);
+  return hk_large_find_detached(p);
+}
+
 void hk_free_slow(void *p) {
   if (p == NULL) return;
-  uintptr_t a = (uintptr_t)p;
-  if (!hk_region_is_ours(a)) hk_fatal("free() of a pointer not allocated by hakmem (invalid pointer, or already freed and unmapped)", p);
-  hk_region *r = hk_region_of(p);
+  hk_region *r = hk_region_lookup(p);
+  if (r == NULL) hk_fatal("free() of a pointer not allocated by hakmem (invalid pointer, or already freed and unmapped)", p);
   if (r->kind == HK_KIND_LARGE) {
     int saved = errno;
     hk_large_free(r, p);
@@ -32,22 +37,24 @@ void hk_free_slow(void *p) {
   hk_fatal("free() of a pointer into the middle of a block", p);
 }
 
-size_t hk_usable_size(const void *p) {
-  if (p == NULL) return 0;
+/* Usable size of a live block; `who` names the caller in error reports. */
+size_t hk_block_size(const void *p, const char *who) {
   uintptr_t a = (uintptr_t)p;
-  if (!hk_region_is_ours(a)) hk_fatal("malloc_usable_size() of a pointer not allocated by hakmem", p);
-  hk_region *r = hk_region_of(p);
+  hk_region *r = hk_region_lookup(p);
+  if (r == NULL) hk_fatal_in(who, "pointer not allocated by hakmem", p);
   if (r->kind == HK_KIND_LARGE) {
     if (r->large_state != HK_LARGE_LIVE || (char *)p != (char *)r + r->user_offset)
-      hk_fatal("malloc_usable_size() of a pointer that is not a live block", p);
+      hk_fatal_in(who, "pointer that is not a live block", p);
     return hk_large_usable(r);
   }
   hk_page *page = hk_page_of(r, p);
   uint32_t off = (uint32_t)(a - page->start);
   if (!(a - page->start < page->area && (uint64_t)off * page->div_magic <= page->div_magic - 1))
-    hk_fatal("malloc_usable_size() of a pointer that is not a block", p);
+    hk_fatal_in(who, "pointer that is not a block", p);
   return page->block_size;
 }
+
+size_t hk_usable_size(const void *p) { return p == NULL ? 0 : hk_block_size(p, "malloc_usable_size()"); }
 
 HK_API void hak_free(void *p) { hk_free_fast(p); }
 HK_API void hak_free_sized(void *p, size_t size) { (void)size; hk_free_fast(p); }

@@ -148,7 +148,9 @@ typedef struct hk_region {
       size_t user_offset;        /* data starts at base + user_offset */
       size_t user_size;          /* bytes requested */
       uint32_t large_state;
-      uint32_t large_zero;       /* data is known to be zero (fresh mapping) */
+      uint16_t large_zero;       /* data is known to be zero (fresh mapping) */
+      uint16_t large_detached;   /* alignment >= 2 MiB: data is outside the header's
+                                    2 MiB unit; found through a list, not the bitmap */
       uint64_t cached_at_ms;
     };
   };
@@ -226,6 +228,7 @@ void hk_os_write_stderr(const char *s, size_t n);
 
 /* ---- error.c ---- */
 HK_COLD __attribute__((noreturn)) void hk_fatal(const char *what, const void *p);
+HK_COLD __attribute__((noreturn)) void hk_fatal_in(const char *who, const char *what, const void *p);
 void hk_warning(const char *msg);
 size_t hk_fmt_hex(char *buf, uintptr_t v);
 size_t hk_fmt_dec(char *buf, uint64_t v);
@@ -276,6 +279,8 @@ void hk_large_free(hk_region *r, void *p);
 void *hk_large_realloc(hk_region *r, void *p, size_t size);
 bool hk_large_trim(bool force);
 size_t hk_large_usable(hk_region *r);
+hk_region *hk_large_find_detached(const void *p);
+hk_region *hk_region_lookup(const void *p);
 
 /* ---- alloc.c / free.c ---- */
 void *hk_alloc_aligned(size_t align, size_t size, bool zero);
@@ -283,6 +288,7 @@ void *hk_calloc(size_t n, size_t size);
 void *hk_realloc(void *p, size_t size);
 void hk_free_slow(void *p);
 size_t hk_usable_size(const void *p);
+size_t hk_block_size(const void *p, const char *who);
 void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b);
 void hk_sizeclass_init(void);
 void hk_region_usage(size_t *mapped, size_t *in_use);

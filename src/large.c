@@ -18,6 +18,24 @@ static hk_region *cache[CACHE_MAX]; /* hk_large_lock */
 static unsigned cache_n;
 static size_t cache_bytes;
 
+/* Blocks aligned to 2 MiB or more cannot keep their header in the 2 MiB
+ * unit of their data (the data starts on such a boundary). Their header
+ * stays at the mapping's start and is found through this list; only free()
+ * of a pointer that the bitmap does not know looks here. */
+static hk_region *detached; /* hk_large_lock */
+
+hk_region *hk_large_find_detached(const void *p) {
+  hk_region *found = NULL;
+  pthread_mutex_lock(&hk_large_lock);
+  for (hk_region *r = detached; r != NULL; r = r->next)
+    if ((char *)p >= (char *)r && (char *)p < (char *)r + r->map_size) {
+      found = r;
+      break;
+    }
+  pthread_mutex_unlock(&hk_large_lock);
+  return found;
+}
+
 static size_t round_page(size_t n) { return (n + HK_OS_PAGE - 1) & ~(size_t)(HK_OS_PAGE - 1); }
 
 static void unmap_large(hk_region *r) {
@@ -63,8 +81,32 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
     errno = ENOMEM;
     return NULL;
   }
-  size_t need = round_page(off + size);
+  size_t need = round_page(off + (size ? size : 1)); /* a 0-byte block still owns a byte */
   hk_region *r = NULL;
+  if (align >= HK_REGION_SIZE) {
+    r = hk_os_map_aligned(need, align);
+    if (r == NULL) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    r->magic = HK_MAGIC_REGION;
+    r->kind = HK_KIND_LARGE;
+    r->map_size = need;
+    r->user_offset = off;
+    r->user_size = size;
+    r->large_state = HK_LARGE_LIVE;
+    r->large_detached = 1;
+    pthread_mutex_lock(&hk_large_lock);
+    r->prev = NULL;
+    r->next = detached;
+    if (detached) detached->prev = r;
+    detached = r;
+    pthread_mutex_unlock(&hk_large_lock);
+    hk_stat_add(large_allocs, 1);
+    hk_stat_peak(&hk_stats.large_peak_bytes,
+                 atomic_fetch_add_explicit(&hk_stats.large_mapped_bytes, need, memory_order_relaxed) + need);
+    return (char *)r + off; /* fresh mapping: already zero */
+  }
   pthread_mutex_lock(&hk_large_lock);
   unsigned best = CACHE_MAX;
   for (unsigned i = 0; i < cache_n; i++) {
@@ -120,8 +162,17 @@ void hk_large_free(hk_region *r, void *p) {
     pthread_mutex_unlock(&hk_large_lock);
     hk_fatal("free() of a pointer into the middle of a large block", p);
   }
-  r->large_state = HK_LARGE_CACHED;
   hk_stat_add(large_frees, 1);
+  if (r->large_detached) {
+    if (r->prev) r->prev->next = r->next; else detached = r->next;
+    if (r->next) r->next->prev = r->prev;
+    pthread_mutex_unlock(&hk_large_lock);
+    atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, r->map_size, memory_order_relaxed);
+    hk_stat_add(large_unmaps, 1);
+    hk_os_unmap(r, r->map_size);
+    return;
+  }
+  r->large_state = HK_LARGE_CACHED;
   nv = cache_expire_locked(victims, false);
   size_t limit = (size_t)hk_opt.large_cache_mb << 20;
   if (cache_n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
@@ -158,6 +209,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
     r->user_size = size;
     return p;
   }
+  if (r->large_detached) return NULL; /* moving would break its alignment: copy */
   size_t old = r->map_size;
   hk_region *n = hk_os_remap(r, old, need, HK_REGION_SIZE);
   if (n == NULL) return NULL;

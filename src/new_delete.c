@@ -18,6 +18,8 @@ extern char _ZTISt9bad_alloc[] __attribute__((weak));                           
 extern char _ZTVSt9bad_alloc[] __attribute__((weak));                             /* vtable */
 extern void _ZNSt9bad_allocD1Ev(void *) __attribute__((weak));                     /* ~bad_alloc */
 
+int hk_call_new_handler_nothrow(new_handler_t handler); /* new_handler.cpp */
+
 HK_COLD static void throw_bad_alloc(void) {
   if (__cxa_allocate_exception && __cxa_throw && _ZTISt9bad_alloc && _ZTVSt9bad_alloc && _ZNSt9bad_allocD1Ev) {
     void **e = __cxa_allocate_exception(sizeof(void *));
@@ -35,7 +37,12 @@ HK_COLD static void *new_failed(size_t size, size_t align, bool nothrow) {
       if (nothrow) return NULL;
       throw_bad_alloc();
     }
-    h(); /* may throw, or free memory and return */
+    if (nothrow) {
+      /* a throwing handler means "give up": nullptr, not an exception */
+      if (!hk_call_new_handler_nothrow(h)) return NULL;
+    } else {
+      h(); /* may throw, or free memory and return */
+    }
     void *p = align ? hk_alloc_aligned(align, size, false) : hk_malloc_fast(size);
     if (p != NULL) return p;
   }

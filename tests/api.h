@@ -1,0 +1,146 @@
+/* Shared helpers for the hakmem tests.
+ *
+ * API(name): with HAK_API_PREFIX defined the tests call hakmem's explicit
+ * API (hak_malloc, hak_free, ...; link with hakmem-api / hakmem-api_static);
+ * otherwise they call the plain C library names (malloc, free, ...), which
+ * resolve to hakmem when the test is linked with the override library
+ * (hakmem / hakmem_static) or run under LD_PRELOAD.
+ *
+ * CHECK(cond, fmt, ...): on failure prints file:line, the condition and a
+ * formatted message to stderr and exits with status 1 (_exit, so it is safe
+ * in threads, forked children and destructors).
+ */
+#ifndef HAKMEM_TESTS_API_H
+#define HAKMEM_TESTS_API_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <malloc.h>
+
+#include "hakmem.h"
+
+#ifdef HAK_API_PREFIX
+#define API(f) hak_##f
+#define API_MODE "hak_ API"
+#else
+#define API(f) f
+#define API_MODE "plain libc names"
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Not declared by glibc 2.36 headers. Weak, so a missing export is reported
+ * by the test at run time instead of breaking the link. */
+extern void free_sized(void *ptr, size_t size) __attribute__((weak));
+extern void free_aligned_sized(void *ptr, size_t alignment, size_t size) __attribute__((weak));
+extern void cfree(void *ptr) __attribute__((weak));
+#ifdef __cplusplus
+}
+#endif
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define HKT_UNUSED __attribute__((unused))
+#define HKT_NORETURN __attribute__((noreturn))
+#define HKT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define HKT_UNUSED
+#define HKT_NORETURN
+#define HKT_PRINTF(a, b)
+#endif
+
+static HKT_UNUSED HKT_NORETURN HKT_PRINTF(4, 5) void
+hkt_fail(const char *file, int line, const char *cond, const char *fmt, ...) {
+  char buf[1024];
+  fflush(stdout); /* keep what the test printed so far (stdout may be a pipe) */
+  int n = snprintf(buf, sizeof buf, "%s:%d: CHECK FAILED: %s: ", file, line, cond);
+  if (n < 0) n = 0;
+  if ((size_t)n > sizeof buf - 2) n = (int)sizeof buf - 2;
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  if (m > 0) n += m;
+  if ((size_t)n > sizeof buf - 2) n = (int)sizeof buf - 2;
+  buf[n++] = '\n';
+  /* write(2): no stdio buffering (may run in a child or a destructor) */
+  ssize_t w = write(2, buf, (size_t)n);
+  (void)w;
+  _exit(1);
+}
+
+#define CHECK(cond, ...)                                                     \
+  do {                                                                       \
+    if (!(cond)) hkt_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);          \
+  } while (0)
+
+/* Hide a value from the optimiser, so calls like malloc(SIZE_MAX) or
+ * free(&local) are neither folded nor warned about at compile time. */
+static inline size_t hkt_opaque(size_t x) {
+#if defined(__GNUC__) || defined(__clang__)
+  __asm__ volatile("" : "+r"(x));
+#endif
+  return x;
+}
+static inline void *hkt_opaque_ptr(void *p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __asm__ volatile("" : "+r"(p) : : "memory");
+#endif
+  return p;
+}
+
+/* xorshift64* */
+static inline uint64_t hkt_rand(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545F4914F6CDD1Dull;
+}
+
+/* Deterministic pattern: byte i of a block stamped with `seed` is byte
+ * (i % 8) of the 64-bit word hkt_word(i / 8, seed). Filled and checked a
+ * word at a time where the address allows (fast also under -O0 + ASan). */
+static inline uint64_t hkt_word(size_t k, uint64_t seed) {
+  uint64_t x = (seed + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)k * 0xD6E8FEB86659FD93ull;
+  return x ^ (x >> 29);
+}
+static inline unsigned char hkt_pat(size_t i, uint64_t seed) {
+  return (unsigned char)(hkt_word(i >> 3, seed) >> ((i & 7) * 8));
+}
+static HKT_UNUSED void hkt_fill(void *p, size_t n, uint64_t seed) {
+  unsigned char *c = (unsigned char *)p;
+  size_t i = 0;
+  if (((uintptr_t)c & 7) == 0) {
+    uint64_t *w = (uint64_t *)p;
+    for (; i + 8 <= n; i += 8) w[i >> 3] = hkt_word(i >> 3, seed);
+  }
+  for (; i < n; i++) c[i] = hkt_pat(i, seed);
+}
+/* Returns the index of the first mismatching byte, or HKT_OK. */
+static HKT_UNUSED size_t hkt_verify(const void *p, size_t n, uint64_t seed) {
+  const unsigned char *c = (const unsigned char *)p;
+  size_t i = 0;
+  if (((uintptr_t)c & 7) == 0) {
+    const uint64_t *w = (const uint64_t *)p;
+    for (; i + 8 <= n; i += 8)
+      if (w[i >> 3] != hkt_word(i >> 3, seed)) break; /* find the byte below */
+  }
+  for (; i < n; i++)
+    if (c[i] != hkt_pat(i, seed)) return i;
+  return (size_t)-1;
+}
+#define HKT_OK ((size_t)-1)
+
+static HKT_UNUSED int hkt_is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+#endif /* HAKMEM_TESTS_API_H */

@@ -1,0 +1,268 @@
+/* test_misuse: invalid frees and double frees must be reported on stderr
+ * with a message naming hakmem, followed by abort() (hakmem.h contract).
+ *
+ * Each case runs in a forked child with stderr captured through a pipe; the
+ * child must die of SIGABRT and its stderr must contain "hakmem".
+ */
+#define _GNU_SOURCE
+#include "api.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+static char global_buf[256];
+
+/* Each case does one invalid operation; if it returns, the allocator did not
+ * detect it. */
+static void free_stack(void) {
+  char local[64];
+  memset(local, 1, sizeof local);
+  API(free)(hkt_opaque_ptr(local));
+}
+static void free_global(void) { API(free)(hkt_opaque_ptr(global_buf + 16)); }
+static void free_interior(void) {
+  char *p = (char *)API(malloc)(64);
+  CHECK(p != NULL, "malloc failed");
+  API(free)(hkt_opaque_ptr(p + 32));
+}
+static void free_misaligned(void) {
+  char *p = (char *)API(malloc)(64);
+  CHECK(p != NULL, "malloc failed");
+  API(free)(hkt_opaque_ptr(p + 1));
+}
+static void double_free_small(void) {
+  void *p = API(malloc)(32);
+  CHECK(p != NULL, "malloc failed");
+  API(free)(p);
+  API(free)(hkt_opaque_ptr(p));
+}
+static void double_free_small_later(void) {
+  void *keep = API(malloc)(32);
+  void *p = API(malloc)(32), *q = API(malloc)(32), *r = API(malloc)(32);
+  CHECK(keep && p && q && r, "malloc failed");
+  API(free)(p);
+  API(free)(q);
+  void *s = API(malloc)(100);
+  API(free)(r);
+  API(free)(s);
+  API(free)(hkt_opaque_ptr(p)); /* p is no longer the head of the free list */
+}
+static void double_free_medium(void) {
+  void *p = API(malloc)(200 * KiB);
+  CHECK(p != NULL, "malloc failed");
+  memset(p, 1, 200 * KiB);
+  API(free)(p);
+  API(free)(hkt_opaque_ptr(p));
+}
+static void double_free_large(void) {
+  void *p = API(malloc)(4 * MiB);
+  CHECK(p != NULL, "malloc failed");
+  memset(p, 1, 4096);
+  API(free)(p);
+  API(free)(hkt_opaque_ptr(p));
+}
+static void realloc_freed(void) {
+  void *p = API(malloc)(48);
+  CHECK(p != NULL, "malloc failed");
+  API(free)(p);
+  void *q = API(realloc)(hkt_opaque_ptr(p), 100);
+  (void)q;
+}
+static void free_mmap(void) {
+  void *p = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(p != MAP_FAILED, "mmap failed");
+  API(free)(hkt_opaque_ptr(p));
+}
+static void free_mmap_2mib_aligned(void) {
+  /* looks like the start of a hakmem region (2 MiB-aligned), but is not one */
+  char *p = (char *)mmap(NULL, 6 * MiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(p != MAP_FAILED, "mmap failed");
+  char *a = (char *)(((uintptr_t)p + 2 * MiB - 1) & ~(uintptr_t)(2 * MiB - 1));
+  memset(a, 0, 8192);
+  API(free)(hkt_opaque_ptr(a + 4096));
+}
+static void free_interior_large(void) {
+  char *p = (char *)API(malloc)(4 * MiB);
+  CHECK(p != NULL, "malloc failed");
+  API(free)(hkt_opaque_ptr(p + 8192));
+}
+static void free_interior_medium(void) {
+  char *p = (char *)API(malloc)(200 * KiB);
+  CHECK(p != NULL, "malloc failed");
+  API(free)(hkt_opaque_ptr(p + 4096));
+}
+static void double_free_aligned(void) {
+  void *p = API(aligned_alloc)(256, 300);
+  CHECK(p != NULL, "aligned_alloc failed");
+  API(free)(p);
+  API(free)(hkt_opaque_ptr(p));
+}
+static void double_free_aligned_large(void) {
+  void *p = API(aligned_alloc)(MiB, 100); /* alignment > 64 KiB: large tier */
+  CHECK(p != NULL, "aligned_alloc failed");
+  API(free)(p);
+  API(free)(hkt_opaque_ptr(p));
+}
+static void realloc_stack(void) {
+  char local[32];
+  memset(local, 0, sizeof local);
+  void *q = API(realloc)(hkt_opaque_ptr(local), 100);
+  (void)q;
+}
+
+static void *thread_free(void *p) {
+  API(free)(p);
+  return NULL;
+}
+static void *thread_alloc(void *arg) {
+  (void)arg;
+  void *p = API(malloc)(40);
+  CHECK(p != NULL, "malloc failed");
+  return p;
+}
+/* first free by another thread, second by this one */
+static void double_free_cross_thread(void) {
+  void *p = API(malloc)(40);
+  void *other = API(malloc)(40); /* keeps the page in use */
+  CHECK(p && other, "malloc failed");
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, thread_free, p) == 0, "pthread_create failed");
+  pthread_join(t, NULL);
+  API(free)(hkt_opaque_ptr(p));
+}
+/* a block allocated by a thread that has exited, freed twice here */
+static void double_free_remote(void) {
+  pthread_t t;
+  void *p = NULL, *keep = NULL;
+  CHECK(pthread_create(&t, NULL, thread_alloc, NULL) == 0, "pthread_create failed");
+  pthread_join(t, &p);
+  CHECK(p != NULL, "thread_alloc failed");
+  CHECK(pthread_create(&t, NULL, thread_alloc, NULL) == 0, "pthread_create failed");
+  pthread_join(t, &keep); /* a second live block on a (maybe) abandoned page */
+  API(free)(p);
+  API(free)(hkt_opaque_ptr(p));
+}
+/* both frees remote (from two other threads) while the owner is alive */
+static void *owner_keeps_alive(void *arg) {
+  void **slot = (void **)arg;
+  void *p = API(malloc)(40);
+  void *other = API(malloc)(40);
+  CHECK(p && other, "malloc failed");
+  *slot = p;
+  return NULL;
+}
+static void double_free_two_remote(void) {
+  void *p = NULL;
+  pthread_t t;
+  pthread_create(&t, NULL, owner_keeps_alive, &p);
+  pthread_join(t, NULL);
+  CHECK(p != NULL, "owner thread failed");
+  pthread_create(&t, NULL, thread_free, p);
+  pthread_join(t, NULL);
+  pthread_create(&t, NULL, thread_free, hkt_opaque_ptr(p));
+  pthread_join(t, NULL);
+}
+
+typedef struct mcase {
+  const char *name;
+  void (*fn)(void);
+} mcase;
+
+static const mcase cases[] = {
+    {"free of a stack address", free_stack},
+    {"free of a global", free_global},
+    {"free of a pointer into the middle of a 64-byte block", free_interior},
+    {"free of a misaligned pointer (p+1)", free_misaligned},
+    {"double free of a small block", double_free_small},
+    {"double free of a small block after other frees", double_free_small_later},
+    {"double free of a 200 KiB block", double_free_medium},
+    {"double free of a 4 MiB block", double_free_large},
+    {"realloc of a freed small block", realloc_freed},
+    {"free of a pointer from mmap()", free_mmap},
+    {"free of a 2 MiB-aligned mmap() pointer", free_mmap_2mib_aligned},
+    {"free of a pointer into the middle of a 4 MiB block", free_interior_large},
+    {"free of a pointer into the middle of a 200 KiB block", free_interior_medium},
+    {"double free of an aligned_alloc(256) block", double_free_aligned},
+    {"double free of an aligned_alloc(1 MiB) block", double_free_aligned_large},
+    {"realloc of a stack address", realloc_stack},
+    {"double free, first free by another thread", double_free_cross_thread},
+    {"double free of an exited thread's block", double_free_remote},
+    {"double free, both frees by other threads", double_free_two_remote},
+};
+
+static int run_case(const mcase *c) {
+  int errp[2];
+  CHECK(pipe(errp) == 0, "pipe: %s", strerror(errno));
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    struct rlimit nocore = {0, 0};
+    setrlimit(RLIMIT_CORE, &nocore); /* no core dumps from the expected aborts */
+    dup2(errp[1], 2);
+    close(errp[0]);
+    close(errp[1]);
+    alarm(20);
+    /* some normal activity first, so the heap is not pristine */
+    void *warm[64];
+    for (int i = 0; i < 64; i++) warm[i] = API(malloc)((size_t)i * 24 + 8);
+    for (int i = 0; i < 64; i += 2) API(free)(warm[i]);
+    c->fn();
+    _exit(0); /* not detected */
+  }
+  close(errp[1]);
+  char buf[8192];
+  size_t len = 0;
+  for (;;) {
+    ssize_t n = read(errp[0], buf + len, sizeof buf - 1 - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += (size_t)n;
+    if (len >= sizeof buf - 1) break;
+  }
+  buf[len] = 0;
+  close(errp[0]);
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid, "waitpid: %s", strerror(errno));
+  /* strip a trailing newline for printing */
+  while (len > 0 && buf[len - 1] == '\n') buf[--len] = 0;
+  int ok = 1;
+  if (WIFEXITED(st)) {
+    fprintf(stderr, "FAIL: %s: not detected (child exited with status %d)%s%s\n", c->name, WEXITSTATUS(st),
+            len ? "; its stderr: " : "", buf);
+    ok = 0;
+  } else if (WIFSIGNALED(st) && WTERMSIG(st) != SIGABRT) {
+    fprintf(stderr, "FAIL: %s: child died of signal %d (%s), expected SIGABRT; its stderr: %s\n", c->name,
+            WTERMSIG(st), strsignal(WTERMSIG(st)), len ? buf : "(empty)");
+    ok = 0;
+  } else if (strstr(buf, "hakmem") == NULL) {
+    fprintf(stderr, "FAIL: %s: aborted, but stderr does not mention hakmem: %s\n", c->name, len ? buf : "(empty)");
+    ok = 0;
+  } else {
+    printf("ok: %s -> %s\n", c->name, buf);
+  }
+  return ok;
+}
+
+int main(void) {
+  printf("test_misuse [%s]\n", API_MODE);
+  int failed = 0;
+  size_t n = sizeof cases / sizeof cases[0];
+  for (size_t i = 0; i < n; i++) failed += !run_case(&cases[i]);
+  CHECK(failed == 0, "%d of %zu misuse cases were not reported as required (see FAIL lines above)", failed, n);
+  printf("test_misuse: all %zu cases passed\n", n);
+  return 0;
+}
