@@ -18,7 +18,7 @@ HK_INLINE void *hk_malloc_fast(size_t size) {
     unsigned cls = hk_class_lut[(size + 7) >> 3];
     hk_page *page = heap->direct[cls];
     hk_block *b = page->free;
-    if (HK_LIKELY(b != NULL)) {
+    if (HK_LIKELY(!hk_list_end(b))) {
       page->free = hk_link_next(b, heap->key);
       b->link = 0; /* a live block must not look free (see hk_looks_free) */
       page->used++;
@@ -30,15 +30,6 @@ HK_INLINE void *hk_malloc_fast(size_t size) {
   return hk_malloc_slow(heap, size, HK_NCLASSES);
 }
 
-/* A block whose first word decodes to a link inside its own page (or to the
- * end of a list) is probably already free; free() then confirms by walking
- * the page's lists. Live blocks start with 0 or user data, which decodes to
- * garbage because hk_key is random. */
-HK_INLINE bool hk_looks_free(const hk_page *page, const hk_block *b, uintptr_t key) {
-  uintptr_t d = b->link ^ key;
-  return (d - page->start < page->area) | (d == 0);
-}
-
 HK_INLINE void hk_free_fast(void *p) {
   uintptr_t a = (uintptr_t)p;
   if (HK_LIKELY(hk_region_is_ours(a))) {
@@ -48,13 +39,13 @@ HK_INLINE void hk_free_fast(void *p) {
      * not a live page); off * magic <= magic - 1: off is a multiple of the
      * block size, i.e. p is the start of a block. */
     if (HK_LIKELY(a - page->start < page->area &&
-                  (uint64_t)off * page->div_magic <= page->div_magic - 1)) {
+                  hk_is_block_start(page, off))) {
       hk_heap *heap = hk_tls_heap;
       hk_block *b = (hk_block *)p;
       if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap)) {
         uintptr_t key = heap->key;
         /* every call below is a tail call: no registers to save here */
-        if (HK_UNLIKELY(hk_looks_free(page, b, key))) {
+        if (HK_UNLIKELY(hk_looks_free(b, key))) {
           hk_free_local_checked(heap, page, b);
           return;
         }
@@ -62,10 +53,10 @@ HK_INLINE void hk_free_fast(void *p) {
         hk_link_set(b, first, key);
         page->free = b;
         /* empty now, or had no free block (it may be parked as full) */
-        if (HK_UNLIKELY(--page->used == 0 || first == NULL)) hk_heap_page_emptied(heap, page);
+        if (HK_UNLIKELY(--page->used == 0 || hk_list_end(first))) hk_heap_page_emptied(heap, page);
         return;
       }
-      hk_page_remote_free(page, b, hk_looks_free(page, b, hk_key), hk_key);
+      hk_page_remote_free(page, b, hk_looks_free(b, hk_key), hk_key);
       return;
     }
   }

@@ -13,7 +13,7 @@ void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b) {
   hk_block *first = page->free;
   hk_link_set(b, first, heap->key);
   page->free = b;
-  if (--page->used == 0 || first == NULL) hk_heap_page_emptied(heap, page);
+  if (--page->used == 0 || hk_list_end(first)) hk_heap_page_emptied(heap, page);
 }
 
 /* The header of the mapping p lies in, or NULL if hakmem did not map it. */
@@ -49,7 +49,7 @@ size_t hk_block_size(const void *p, const char *who) {
   }
   hk_page *page = hk_page_of(r, p);
   uint32_t off = (uint32_t)(a - page->start);
-  if (!(a - page->start < page->area && (uint64_t)off * page->div_magic <= page->div_magic - 1))
+  if (!(a - page->start < page->area && hk_is_block_start(page, off)))
     hk_fatal_in(who, "pointer that is not a block", p);
   return page->block_size;
 }

@@ -284,9 +284,9 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     hk_page *next;
     for (hk_page *p = q->first; p != NULL; p = next) {
       next = p->next;
-      if (p->free == NULL && (atomic_load_explicit(&p->remote, memory_order_relaxed) & ~HK_REMOTE_STATE_MASK))
+      if (hk_list_end(p->free) && (atomic_load_explicit(&p->remote, memory_order_relaxed) & ~HK_REMOTE_STATE_MASK))
         hk_page_collect(p, HK_PAGE_NORMAL, h->key);
-      if (p->free != NULL || hk_page_extend(p, h->key)) {
+      if (!hk_list_end(p->free) || hk_page_extend(p, h->key)) {
         if (p != q->first) {
           queue_remove(q, p);
           queue_push_front(q, p);
@@ -323,7 +323,7 @@ void *hk_malloc_slow(hk_heap *h, size_t size, unsigned cls) {
   }
   if (cls >= HK_NCLASSES) return hk_large_alloc(size, 16, false);
   hk_page *page = h->direct[cls];
-  if (page->free == NULL) page = find_page(h, cls);
+  if (hk_list_end(page->free)) page = find_page(h, cls);
   if (page == NULL) {
     errno = ENOMEM;
     return NULL;

@@ -82,6 +82,20 @@ HK_INLINE void hk_link_set(hk_block *b, const hk_block *next, uintptr_t key) {
   b->link = (uintptr_t)next ^ key;
 }
 
+/* A list ends at any address whose low 21 bits are zero: NULL, or the base
+ * of the list's region (slab 0 never holds blocks). Lists end in their
+ * region's base, so every free block's link decodes to an address in the
+ * block's own 2 MiB region, which is what hk_looks_free tests. */
+HK_INLINE bool hk_list_end(const hk_block *b) { return ((uintptr_t)b & HK_REGION_MASK) == 0; }
+
+/* A block whose first word decodes to an address in its own region looks
+ * free already (a double free, unless user data matches by construction);
+ * live blocks start with 0 (malloc clears the link) or user data, which
+ * decodes to garbage because hk_key is random with its high bits set. */
+HK_INLINE bool hk_looks_free(const hk_block *b, uintptr_t key) {
+  return ((b->link ^ key ^ (uintptr_t)b) >> HK_REGION_SHIFT) == 0;
+}
+
 /* ---- pages ----
  * A page is a span of slabs serving one size class for one heap. The owner
  * thread uses `free`, `used` and `capacity` without atomics; other threads
@@ -110,15 +124,16 @@ typedef struct hk_page {
   uint32_t capacity;         /* blocks carved so far (rest is untouched memory) */
   uint32_t reserved;         /* blocks that fit in the span */
   uint32_t block_size;
-  uint8_t in_full;           /* owner's copy: page is on the full list */
-  uint8_t pad0[7];
+  uint64_t div_limit;        /* div_magic - 1 */
   /* second cache line */
   _Atomic uintptr_t remote;  /* remote-free stack | state */
   struct hk_page *next, *prev; /* heap queue, full list or abandoned list */
-  uint8_t pad1[40];
+  uint8_t in_full;           /* owner's copy: page is on the full list */
+  uint8_t pad1[39];
 } hk_page;
 
 _Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
+_Static_assert(offsetof(hk_page, div_limit) + 8 <= 64, "free() reads only the first line");
 
 /* ---- regions ----
  * The header is the page array. Slab 0 holds the header itself, so
@@ -174,9 +189,18 @@ HK_INLINE hk_region *hk_region_of(const void *p) {
 }
 
 /* The page a block lives in (valid once the region is known to be ours). */
+#define HK_PAGE_SHIFT 7 /* sizeof(hk_page) == 128 */
 HK_INLINE hk_page *hk_page_of(hk_region *r, const void *p) {
-  hk_page *meta = &r->pages[((uintptr_t)p >> HK_SLAB_SHIFT) & (HK_SLABS - 1)];
-  return meta - meta->back;
+  /* slab index * 128 in two instructions: shift, mask */
+  uintptr_t off = ((uintptr_t)p >> (HK_SLAB_SHIFT - HK_PAGE_SHIFT)) & ((uintptr_t)(HK_SLABS - 1) << HK_PAGE_SHIFT);
+  hk_page *meta = (hk_page *)((char *)r + off);
+  return (hk_page *)((char *)meta - ((uintptr_t)meta->back << HK_PAGE_SHIFT));
+}
+
+/* p - page->start is a multiple of the block size (Lemire's test with
+ * div_magic = ceil(2^64 / block_size)); off < 2^32 always holds here. */
+HK_INLINE bool hk_is_block_start(const hk_page *page, uint32_t off) {
+  return (uint64_t)off * page->div_magic <= page->div_limit;
 }
 
 /* ---- heaps: one per thread ---- */

@@ -22,8 +22,9 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->block_size = bs;
   page->reserved = span / bs;
   page->div_magic = UINT64_MAX / bs + 1;
+  page->div_limit = page->div_magic - 1;
   page->cls = (uint16_t)cls;
-  page->free = NULL;
+  page->free = (hk_block *)r; /* empty list: ends at the region base */
   page->used = 0;
   page->capacity = 0;
   page->in_full = 0;
@@ -50,7 +51,7 @@ bool hk_page_extend(hk_page *page, uintptr_t key) {
 }
 
 static bool list_contains(hk_block *list, hk_block *b, uint32_t limit, uintptr_t key) {
-  for (uint32_t i = 0; list != NULL && i <= limit; i++) {
+  for (uint32_t i = 0; !hk_list_end(list) && i <= limit; i++) {
     if (list == b) return true;
     list = hk_link_next(list, key);
   }
@@ -76,7 +77,7 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state, uintptr_t key) {
   }
   hk_block *b = (hk_block *)(old & ~HK_REMOTE_STATE_MASK);
   uint32_t count = 0;
-  while (b != NULL) {
+  while (!hk_list_end(b)) {
     hk_block *next = hk_link_next(b, key);
     if (HK_UNLIKELY(++count > page->used)) hk_fatal("free list corrupted (double free or heap overflow)", b);
     hk_link_set(b, page->free, key);
@@ -101,7 +102,8 @@ void hk_page_remote_free(hk_page *page, hk_block *b, bool suspicious, uintptr_t 
   hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_acquire);
   uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
   do {
-    b->link = (old & ~HK_REMOTE_STATE_MASK) ^ key;
+    /* an empty stack (0) is linked as the region base: see hk_list_end */
+    b->link = ((old & ~HK_REMOTE_STATE_MASK) | ((uintptr_t)b & ~HK_REGION_MASK)) ^ key;
   } while (!atomic_compare_exchange_weak_explicit(&page->remote, &old,
                                                   (uintptr_t)b | (old & HK_REMOTE_STATE_MASK),
                                                   memory_order_release, memory_order_relaxed));
