@@ -86,6 +86,7 @@ int hk_trim(void) {
   hk_abandoned_sweep();
   bool released = hk_large_trim(true);
   released |= hk_region_purge(true);
+  hk_purge_poke = false; /* nothing left to purge */
   errno = saved;
   return released ? 1 : 0;
 }

@@ -162,6 +162,7 @@ static void thread_done(void *arg) {
   hk_tls_heap = &hk_heap_empty;
   heap_abandon(h);
   hk_abandoned_sweep();
+  hk_purger_poke();
 }
 
 /* ---- abandoned pages ---- */
@@ -258,8 +259,8 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
   if (page->used == 0 && page != h->direct[cls]) {
     queue_remove(&h->queues[cls], page);
     release_page(h, page);
-    set_current(h, cls);
   }
+  hk_purger_poke();
 }
 
 /* ---- the malloc slow path ---- */
@@ -304,6 +305,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
   hk_page *p = fresh_page(h, cls);
   if (p == NULL) {
     set_current(h, cls);
+    hk_purger_poke();
     return NULL;
   }
   queue_push_front(q, p);
@@ -332,6 +334,7 @@ void *hk_malloc_slow(hk_heap *h, size_t size, unsigned cls) {
   page->free = hk_link_next(b, h->key);
   b->link = 0;
   page->used++;
+  hk_purger_poke();
   return b;
 }
 

@@ -48,20 +48,27 @@ void hk_init(void) {
 
 __attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }
 
-/* Lock order: heap pool, abandoned pages, large cache, regions. */
+/* Lock order: purger, heap pool, abandoned pages, large cache, regions. */
 void hk_fork_prepare(void) {
+  hk_purger_fork_prepare();
   hk_heap_fork_lock();
   pthread_mutex_lock(&hk_large_lock);
   pthread_mutex_lock(&hk_region_lock);
 }
 
-void hk_fork_parent(void) {
+static void unlock_all(void) {
   pthread_mutex_unlock(&hk_region_lock);
   pthread_mutex_unlock(&hk_large_lock);
   hk_heap_fork_unlock();
 }
 
+void hk_fork_parent(void) {
+  unlock_all();
+  hk_purger_fork_parent();
+}
+
 void hk_fork_child(void) {
   /* Only the forking thread exists in the child, and it holds every lock. */
-  hk_fork_parent();
+  unlock_all();
+  hk_purger_fork_child();
 }

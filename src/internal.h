@@ -233,6 +233,7 @@ typedef struct hk_options {
   long large_cache_mb;    /* HAKMEM_LARGE_CACHE_MB */
   long large_cache_max;   /* HAKMEM_LARGE_CACHE_ENTRIES */
   long verbose;           /* HAKMEM_VERBOSE */
+  long purge_thread;      /* HAKMEM_PURGE_THREAD */
 } hk_options;
 extern hk_options hk_opt;
 void hk_options_init(void);
@@ -279,6 +280,23 @@ void hk_region_free_span(hk_page *page);
 void hk_region_register(void *base);
 void hk_region_unregister(void *base);
 bool hk_region_purge(bool force);                 /* true if memory was released */
+bool hk_region_pending(void);                     /* dirty slabs or spare regions left */
+
+/* ---- purger.c: background return of memory to the OS ---- */
+void hk_purger_notify(void);
+extern __thread bool hk_purge_poke __attribute__((tls_model("initial-exec")));
+/* Wake the purger if this thread released slabs; call only with no
+ * allocator lock held and the heap consistent (starting the thread may
+ * call malloc). */
+HK_INLINE void hk_purger_poke(void) {
+  if (HK_UNLIKELY(hk_purge_poke)) {
+    hk_purge_poke = false;
+    hk_purger_notify();
+  }
+}
+void hk_purger_fork_prepare(void);
+void hk_purger_fork_parent(void);
+void hk_purger_fork_child(void);
 
 /* ---- page.c ---- */
 void hk_page_init(hk_page *page, unsigned cls);
@@ -302,6 +320,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero);
 void hk_large_free(hk_region *r, void *p);
 void *hk_large_realloc(hk_region *r, void *p, size_t size);
 bool hk_large_trim(bool force);
+bool hk_large_pending(void);
 size_t hk_large_usable(hk_region *r);
 hk_region *hk_large_find_detached(const void *p);
 hk_region *hk_region_lookup(const void *p);

@@ -66,6 +66,13 @@ static unsigned cache_expire_locked(hk_region **out, bool force) {
   return n;
 }
 
+bool hk_large_pending(void) {
+  pthread_mutex_lock(&hk_large_lock);
+  bool any = cache_n > 0;
+  pthread_mutex_unlock(&hk_large_lock);
+  return any;
+}
+
 bool hk_large_trim(bool force) {
   hk_region *victims[CACHE_MAX];
   pthread_mutex_lock(&hk_large_lock);
@@ -190,8 +197,10 @@ void hk_large_free(hk_region *r, void *p) {
   } else {
     victims[nv++] = r;
   }
+  bool cached = r->large_state == HK_LARGE_CACHED && (nv == 0 || victims[nv - 1] != r);
   pthread_mutex_unlock(&hk_large_lock);
   for (unsigned i = 0; i < nv; i++) unmap_large(victims[i]);
+  if (cached) hk_purger_notify(); /* no lock held: may start the purger */
 }
 
 size_t hk_large_usable(hk_region *r) { return r->map_size - r->user_offset; }

@@ -27,6 +27,8 @@ static option_desc options[] = {
   {"LARGE_CACHE_ENTRIES", &hk_opt.large_cache_max, 16, 0, 64,
    "number of freed large blocks kept for reuse"},
   {"VERBOSE", &hk_opt.verbose, 0, 0, 1, "print warnings (e.g. failed munmap) to stderr"},
+  {"PURGE_THREAD", &hk_opt.purge_thread, 1, 0, 1,
+   "background thread that purges after the delay even if the program makes no call"},
 };
 
 static bool parse_long(const char *s, long *out) {

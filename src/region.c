@@ -201,6 +201,19 @@ void hk_region_free_span(hk_page *page) {
   atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, n, memory_order_relaxed);
   if (now >= next_purge_ms) purge_locked(now, false);
   pthread_mutex_unlock(&hk_region_lock);
+  hk_purge_poke = true; /* the caller wakes the purger once its state is consistent */
+}
+
+bool hk_region_pending(void) {
+  bool any = false;
+  long empty = 0;
+  pthread_mutex_lock(&hk_region_lock);
+  for (hk_region *r = regions; r != NULL && r->free_mask != 0 && !any; r = r->next) {
+    if (r->dirty_mask) any = true;
+    if (r->free_mask == ALL_SLABS && ++empty > hk_opt.region_reserve) any = true;
+  }
+  pthread_mutex_unlock(&hk_region_lock);
+  return any;
 }
 
 /* Bytes mapped for small regions and bytes in live pages (for mallinfo2). */

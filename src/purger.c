@@ -1,0 +1,93 @@
+/* The purger: a background thread that gives memory back to the OS after
+ * HAKMEM_PURGE_DELAY_MS even when the program makes no further allocator
+ * call (a program that frees everything and then sleeps or waits on I/O).
+ *
+ * It is started on the first release of memory (never at load time, so
+ * short programs that never free a page never get it), wakes every half
+ * delay while there is something to purge, and sleeps on a condition
+ * variable when there is nothing. Application threads only read one atomic
+ * flag (`idle`) on the page-release slow path; they signal the purger only
+ * when it has gone idle. The purger never allocates. */
+#include "internal.h"
+
+#include <signal.h>
+#include <time.h>
+
+__thread bool hk_purge_poke __attribute__((tls_model("initial-exec")));
+
+static pthread_mutex_t purger_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t purger_cond = PTHREAD_COND_INITIALIZER;
+static _Atomic int started;  /* 0: no thread (also in a fork child), 1: started */
+static _Atomic int idle;     /* the thread is (about to be) waiting for work */
+static int work;             /* purger_lock */
+
+static void nap_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+static bool pending(void) { return hk_region_pending() || hk_large_pending(); }
+
+static void *purger_main(void *arg) {
+  (void)arg;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL); /* never take the program's signals */
+  long period = hk_opt.purge_delay_ms / 2;
+  if (period < 10) period = 10;
+  for (;;) {
+    nap_ms(period);
+    hk_region_purge(false);
+    hk_large_trim(false);
+    hk_abandoned_sweep();
+    /* Go idle only if nothing is left; a release racing with this either
+     * shows up in pending() or sees idle == 1 and signals. */
+    atomic_store(&idle, 1);
+    if (pending()) {
+      atomic_store(&idle, 0);
+      continue;
+    }
+    pthread_mutex_lock(&purger_lock);
+    while (!work) pthread_cond_wait(&purger_cond, &purger_lock);
+    work = 0;
+    atomic_store(&idle, 0);
+    pthread_mutex_unlock(&purger_lock);
+  }
+  return NULL;
+}
+
+/* Called after memory became purgeable, with no allocator lock held. */
+void hk_purger_notify(void) {
+  if (!hk_opt.purge_thread) return;
+  if (!atomic_load_explicit(&started, memory_order_acquire)) {
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&started, &expect, 1)) return;
+    pthread_attr_t attr;
+    pthread_t tid;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 128u << 10);
+    /* pthread_create may call malloc: no allocator lock is held here */
+    if (pthread_create(&tid, &attr, purger_main, NULL) != 0) hk_warning("cannot start the purger thread");
+    pthread_attr_destroy(&attr);
+    return;
+  }
+  if (atomic_load(&idle)) {
+    pthread_mutex_lock(&purger_lock);
+    work = 1;
+    pthread_cond_signal(&purger_cond);
+    pthread_mutex_unlock(&purger_lock);
+  }
+}
+
+/* fork: the child has no purger thread; it starts one when it needs it. */
+void hk_purger_fork_prepare(void) { pthread_mutex_lock(&purger_lock); }
+void hk_purger_fork_parent(void) { pthread_mutex_unlock(&purger_lock); }
+void hk_purger_fork_child(void) {
+  pthread_mutex_init(&purger_lock, NULL);
+  pthread_cond_init(&purger_cond, NULL);
+  work = 0;
+  atomic_store(&idle, 0);
+  atomic_store(&started, 0);
+}
