@@ -65,6 +65,48 @@ static void release_page(hk_heap *h, hk_page *page) {
   hk_region_free_span(page);
 }
 
+static uint32_t span_bytes(const hk_page *page) { return (uint32_t)page->nslabs << HK_SLAB_SHIFT; }
+
+/* An empty page leaves its class. Up to HK_SPARE_BYTES of such spans stay
+ * with the heap, ready to be re-initialised for any class of the same span
+ * length without the region lock (a loop that frees and allocates 64 KiB or
+ * 256 KiB blocks, or grows buffers through many classes, does not go back
+ * to the shared region list every time); beyond that they go back to their
+ * region, where the purger finds them. */
+static void retire_page(hk_heap *h, hk_page *page) {
+  uint32_t bytes = span_bytes(page);
+  if (h->spare_bytes + bytes <= HK_SPARE_BYTES) {
+    page->next = h->spare;
+    page->prev = NULL;
+    h->spare = page;
+    h->spare_bytes += bytes;
+    return;
+  }
+  release_page(h, page);
+}
+
+static hk_page *take_spare(hk_heap *h, unsigned nslabs) {
+  for (hk_page **pp = &h->spare; *pp != NULL; pp = &(*pp)->next) {
+    hk_page *p = *pp;
+    if (p->nslabs == nslabs) {
+      *pp = p->next;
+      p->next = NULL;
+      h->spare_bytes -= span_bytes(p);
+      return p;
+    }
+  }
+  return NULL;
+}
+
+static void release_spares(hk_heap *h) {
+  hk_page *p;
+  while ((p = h->spare) != NULL) {
+    h->spare = p->next;
+    release_page(h, p);
+  }
+  h->spare_bytes = 0;
+}
+
 /* ---- heap creation and thread exit ---- */
 static void thread_done(void *arg);
 
@@ -93,6 +135,8 @@ static hk_heap *heap_new(void) {
   h->fresh_count = 0;
   memset(h->queues, 0, sizeof h->queues);
   h->full = NULL;
+  h->spare = NULL;
+  h->spare_bytes = 0;
   h->pool_next = NULL;
   memset(&h->stats, 0, sizeof h->stats);
   hk_stat_add(heaps_created, 1);
@@ -147,6 +191,7 @@ static void heap_abandon(hk_heap *h) {
     full_remove(h, p);
     abandon_page(h, p);
   }
+  release_spares(h);
   hk_stats_merge_heap(h);
   hk_stat_add(threads_exited, 1);
   pthread_mutex_lock(&hk_heap_lock);
@@ -241,7 +286,7 @@ static void rescue_full(hk_heap *h) {
     unpark(h, p);
     if (p->used == 0) {
       queue_remove(&h->queues[p->cls], p);
-      release_page(h, p);
+      retire_page(h, p);
     }
   }
 }
@@ -256,9 +301,13 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
     hk_page_collect(page, HK_PAGE_NORMAL, h->key);
     unpark(h, page);
   }
-  if (page->used == 0 && page != h->direct[cls]) {
+  /* An empty current page stays (a malloc/free loop must not churn pages)
+   * if it is a single slab; a multi-slab span would hold up to 1 MiB per
+   * class, so it retires like any other empty page. */
+  if (page->used == 0 && (page != h->direct[cls] || page->nslabs > 1)) {
     queue_remove(&h->queues[cls], page);
-    release_page(h, page);
+    retire_page(h, page);
+    set_current(h, cls);
   }
   hk_purger_poke();
 }
@@ -266,7 +315,8 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
 /* ---- the malloc slow path ---- */
 
 static hk_page *fresh_page(hk_heap *h, unsigned cls) {
-  hk_page *page = hk_region_alloc_span(hk_class_slabs[cls]);
+  hk_page *page = take_spare(h, hk_class_slabs[cls]);
+  if (page == NULL) page = hk_region_alloc_span(hk_class_slabs[cls]);
   if (page == NULL) return NULL;
   hk_page_init(page, cls);
   atomic_store_explicit(&page->heap, h, memory_order_release);
@@ -353,6 +403,7 @@ void hk_heap_collect(hk_heap *h, bool release_all) {
     }
     set_current(h, c);
   }
+  if (release_all) release_spares(h);
 }
 
 /* ---- fork: keep every lock consistent in the child ---- */

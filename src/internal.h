@@ -42,6 +42,7 @@
 #define HK_MAX_SPAN_SLABS 16             /* largest page: 1 MiB */
 #define HK_OS_PAGE 4096
 #define HK_LARGE_HEADER 4096             /* bytes before a large block's data */
+#define HK_SPARE_BYTES ((uint32_t)2 << 20) /* empty spans a heap keeps for reuse */
 
 /* Address space covered by the ownership bitmap (48-bit user space). */
 #define HK_VA_BITS 48
@@ -217,6 +218,8 @@ typedef struct hk_heap {
   uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
   hk_page *full;                  /* parked full pages (doubly linked) */
+  hk_page *spare;                 /* empty spans kept for reuse by any class (singly linked) */
+  uint32_t spare_bytes;
   struct hk_heap *pool_next;      /* free heap pool */
   hk_heap_stats stats;
 } hk_heap;
