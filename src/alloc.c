@@ -64,9 +64,9 @@ void *hk_realloc(void *p, size_t size) {
     }
   } else {
     hk_page *page = hk_page_of(r, p);
-    if (hk_looks_free((hk_block *)p, hk_key) &&
+    if (hk_looks_free((hk_block *)p, page->key) &&
         atomic_load_explicit(&page->heap, memory_order_relaxed) == hk_tls_heap &&
-        hk_page_contains_free(page, (hk_block *)p, hk_key))
+        hk_page_contains_free(page, (hk_block *)p))
       hk_fatal("realloc() of a freed block", p);
   }
   if (r->kind != HK_KIND_LARGE && size <= usable && (size >= usable / 2 || usable <= 16)) {

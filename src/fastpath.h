@@ -19,7 +19,7 @@ HK_INLINE void *hk_malloc_fast(size_t size) {
     hk_page *page = heap->direct[cls];
     hk_block *b = page->free;
     if (HK_LIKELY(!hk_list_end(b))) {
-      page->free = hk_link_next(b, heap->key);
+      page->free = hk_link_next(b, page->key);
       b->link = 0; /* a live block must not look free (see hk_looks_free) */
       page->used++;
       return b;
@@ -43,7 +43,7 @@ HK_INLINE void hk_free_fast(void *p) {
       hk_heap *heap = hk_tls_heap;
       hk_block *b = (hk_block *)p;
       if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap)) {
-        uintptr_t key = heap->key;
+        uintptr_t key = page->key;
         /* every call below is a tail call: no registers to save here */
         if (HK_UNLIKELY(hk_looks_free(b, key))) {
           hk_free_local_checked(heap, page, b);
@@ -56,7 +56,7 @@ HK_INLINE void hk_free_fast(void *p) {
         if (HK_UNLIKELY(--page->used == 0 || hk_list_end(first))) hk_heap_page_emptied(heap, page);
         return;
       }
-      hk_page_remote_free(page, b, hk_looks_free(b, hk_key), hk_key);
+      hk_page_remote_free(page, b);
       return;
     }
   }

@@ -9,9 +9,9 @@
  * page's lists (rare: live blocks almost never look free, see
  * hk_looks_free), then free it as the fast path would have. */
 void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b) {
-  if (hk_page_contains_free(page, b, heap->key)) hk_fatal("double free detected", b);
+  if (hk_page_contains_free(page, b)) hk_fatal("double free detected", b);
   hk_block *first = page->free;
-  hk_link_set(b, first, heap->key);
+  hk_link_set(b, first, page->key);
   page->free = b;
   if (--page->used == 0 || hk_list_end(first)) hk_heap_page_emptied(heap, page);
 }

@@ -130,7 +130,6 @@ static hk_heap *heap_new(void) {
   if (h == NULL) return NULL;
   memset(h, 0, offsetof(hk_heap, remote_hint));
   for (unsigned c = 0; c < HK_NCLASSES; c++) h->direct[c] = &hk_page_empty;
-  h->key = hk_key;
   atomic_store_explicit(&h->remote_hint, 0, memory_order_relaxed);
   h->fresh_count = 0;
   memset(h->queues, 0, sizeof h->queues);
@@ -161,7 +160,7 @@ void hk_thread_init_key(void) {
 }
 
 static void abandon_page(hk_heap *h, hk_page *page) {
-  hk_page_collect(page, HK_PAGE_ABANDONED, h->key);
+  hk_page_collect(page, HK_PAGE_ABANDONED);
   page->in_full = 0;
   if (page->used == 0) {
     release_page(h, page);
@@ -222,7 +221,7 @@ void hk_abandoned_sweep(void) {
     for (hk_page *p = abandoned[c].first; p != NULL; p = next) {
       next = p->next;
       if (!(atomic_load_explicit(&p->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)) continue;
-      hk_page_collect(p, HK_PAGE_ABANDONED, hk_key);
+      hk_page_collect(p, HK_PAGE_ABANDONED);
       if (p->used == 0) {
         queue_remove(&abandoned[c], p);
         atomic_fetch_sub_explicit(&abandoned_count[c], 1, memory_order_relaxed);
@@ -244,7 +243,7 @@ static hk_page *adopt(hk_heap *h, unsigned cls) {
   pthread_mutex_unlock(&hk_abandoned_lock);
   if (p == NULL) return NULL;
   atomic_store_explicit(&p->heap, h, memory_order_release);
-  hk_page_collect(p, HK_PAGE_NORMAL, h->key);
+  hk_page_collect(p, HK_PAGE_NORMAL);
   h->stats.pages_adopted++;
   return p;
 }
@@ -282,7 +281,7 @@ static void rescue_full(hk_heap *h) {
   for (hk_page *p = h->full; p != NULL; p = next) {
     next = p->next;
     if (!(atomic_load_explicit(&p->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)) continue;
-    hk_page_collect(p, HK_PAGE_NORMAL, h->key);
+    hk_page_collect(p, HK_PAGE_NORMAL);
     unpark(h, p);
     if (p->used == 0) {
       queue_remove(&h->queues[p->cls], p);
@@ -298,7 +297,7 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
   if (page->in_full) {
     /* The state word says FULL: return it to NORMAL, taking any remote
      * blocks along, before the page rejoins the queue. */
-    hk_page_collect(page, HK_PAGE_NORMAL, h->key);
+    hk_page_collect(page, HK_PAGE_NORMAL);
     unpark(h, page);
   }
   /* An empty current page stays (a malloc/free loop must not churn pages)
@@ -336,8 +335,8 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     for (hk_page *p = q->first; p != NULL; p = next) {
       next = p->next;
       if (hk_list_end(p->free) && (atomic_load_explicit(&p->remote, memory_order_relaxed) & ~HK_REMOTE_STATE_MASK))
-        hk_page_collect(p, HK_PAGE_NORMAL, h->key);
-      if (!hk_list_end(p->free) || hk_page_extend(p, h->key)) {
+        hk_page_collect(p, HK_PAGE_NORMAL);
+      if (!hk_list_end(p->free) || hk_page_extend(p)) {
         if (p != q->first) {
           queue_remove(q, p);
           queue_push_front(q, p);
@@ -345,7 +344,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
         h->direct[cls] = p;
         return p;
       }
-      if (!park_full(h, p)) hk_page_collect(p, HK_PAGE_NORMAL, h->key), next = p; /* retry it */
+      if (!park_full(h, p)) hk_page_collect(p, HK_PAGE_NORMAL), next = p; /* retry it */
     }
     hk_page *p = adopt(h, cls);
     if (p == NULL) break;
@@ -359,7 +358,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     return NULL;
   }
   queue_push_front(q, p);
-  hk_page_extend(p, h->key);
+  hk_page_extend(p);
   h->direct[cls] = p;
   return p;
 }
@@ -381,7 +380,7 @@ void *hk_malloc_slow(hk_heap *h, size_t size, unsigned cls) {
     return NULL;
   }
   hk_block *b = page->free;
-  page->free = hk_link_next(b, h->key);
+  page->free = hk_link_next(b, page->key);
   b->link = 0;
   page->used++;
   hk_purger_poke();
@@ -395,7 +394,7 @@ void hk_heap_collect(hk_heap *h, bool release_all) {
     hk_page *next;
     for (hk_page *p = h->queues[c].first; p != NULL; p = next) {
       next = p->next;
-      hk_page_collect(p, HK_PAGE_NORMAL, h->key);
+      hk_page_collect(p, HK_PAGE_NORMAL);
       if (p->used == 0 && (release_all || p != h->direct[c])) {
         queue_remove(&h->queues[c], p);
         release_page(h, p);

@@ -69,8 +69,8 @@ HK_INLINE unsigned hk_size_class(size_t size) {
 }
 
 /* ---- blocks and free lists ----
- * A free block's first word links to the next free block, XOR-ed with a
- * per-process secret (hk_key). The encoding lets free() recognise a block
+ * A free block's first word links to the next free block, XOR-ed with its
+ * page's secret key (hk_key mixed with the page address and a counter). The encoding lets free() recognise a block
  * that is already free with one compare (see hk_looks_free), and keeps a
  * stray user write from being followed as a valid pointer. */
 typedef struct hk_block { uintptr_t link; } hk_block;
@@ -122,19 +122,22 @@ typedef struct hk_page {
   uint64_t div_magic;        /* ceil(2^64 / block_size): divisibility test */
   _Atomic(struct hk_heap *) heap; /* owner; NULL while abandoned */
   uint32_t used;             /* blocks handed out and not yet returned to `free` */
+  uint32_t pad0;
+  uint64_t div_limit;        /* div_magic - 1 */
+  uintptr_t key;             /* this page's free-list encoding key */
+  /* second cache line */
   uint32_t capacity;         /* blocks carved so far (rest is untouched memory) */
   uint32_t reserved;         /* blocks that fit in the span */
   uint32_t block_size;
-  uint64_t div_limit;        /* div_magic - 1 */
-  /* second cache line */
+  uint32_t pad2;
   _Atomic uintptr_t remote;  /* remote-free stack | state */
   struct hk_page *next, *prev; /* heap queue, full list or abandoned list */
   uint8_t in_full;           /* owner's copy: page is on the full list */
-  uint8_t pad1[39];
+  uint8_t pad1[23];
 } hk_page;
 
 _Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
-_Static_assert(offsetof(hk_page, div_limit) + 8 <= 64, "free() reads only the first line");
+_Static_assert(offsetof(hk_page, key) + 8 <= 64, "malloc/free read only the first line");
 
 /* ---- regions ----
  * The header is the page array. Slab 0 holds the header itself, so
@@ -213,7 +216,6 @@ typedef struct hk_heap_stats {
 
 typedef struct hk_heap {
   hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
-  uintptr_t key;                  /* copy of hk_key next to direct[] */
   _Atomic uint32_t remote_hint;   /* a full page received a remote free */
   uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
@@ -303,10 +305,10 @@ void hk_purger_fork_child(void);
 
 /* ---- page.c ---- */
 void hk_page_init(hk_page *page, unsigned cls);
-bool hk_page_extend(hk_page *page, uintptr_t key);
-uint32_t hk_page_collect(hk_page *page, unsigned new_state, uintptr_t key);
-bool hk_page_contains_free(hk_page *page, hk_block *b, uintptr_t key);
-void hk_page_remote_free(hk_page *page, hk_block *b, bool suspicious, uintptr_t key);
+bool hk_page_extend(hk_page *page);
+uint32_t hk_page_collect(hk_page *page, unsigned new_state);
+bool hk_page_contains_free(hk_page *page, hk_block *b);
+void hk_page_remote_free(hk_page *page, hk_block *b);
 
 /* ---- heap.c ---- */
 void *hk_malloc_slow(hk_heap *heap, size_t size, unsigned cls);

@@ -13,6 +13,19 @@
 
 extern _Atomic uint32_t hk_abandoned_hint;
 
+/* A fresh key for each page (re)initialisation: a leaked or guessed link
+ * of one page says nothing about another's. High bits stay set (see
+ * hk_looks_free). */
+static uintptr_t page_key(const hk_page *page) {
+  static __thread uint64_t counter __attribute__((tls_model("initial-exec")));
+  uint64_t v = (uint64_t)hk_key ^ (uint64_t)(uintptr_t)page ^ (++counter * 0x9e3779b97f4a7c15ull);
+  v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
+  v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
+  v ^= v >> 31;
+  if ((v >> 48) < 0x100) v |= (uint64_t)0xa5c3 << 48;
+  return (uintptr_t)v;
+}
+
 void hk_page_init(hk_page *page, unsigned cls) {
   hk_region *r = hk_region_of(page);
   unsigned idx = (unsigned)(page - r->pages);
@@ -23,6 +36,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->reserved = span / bs;
   page->div_magic = UINT64_MAX / bs + 1;
   page->div_limit = page->div_magic - 1;
+  page->key = page_key(page);
   page->cls = (uint16_t)cls;
   page->free = (hk_block *)r; /* empty list: ends at the region base */
   page->used = 0;
@@ -35,7 +49,8 @@ void hk_page_init(hk_page *page, unsigned cls) {
 
 /* Carve the next EXTEND_BYTES of untouched blocks onto the free list, in
  * address order so that consecutive mallocs return neighbouring blocks. */
-bool hk_page_extend(hk_page *page, uintptr_t key) {
+bool hk_page_extend(hk_page *page) {
+  uintptr_t key = page->key;
   if (page->capacity >= page->reserved) return false;
   uint32_t bs = page->block_size;
   uint32_t n = EXTEND_BYTES / bs;
@@ -61,7 +76,8 @@ static bool list_contains(hk_block *list, hk_block *b, uint32_t limit, uintptr_t
 /* Is b already free in this page: on the owner's list or on the remote
  * stack? Owner only. Walks are bounded: a double free can make a list
  * cyclic. */
-bool hk_page_contains_free(hk_page *page, hk_block *b, uintptr_t key) {
+bool hk_page_contains_free(hk_page *page, hk_block *b) {
+  uintptr_t key = page->key;
   uint32_t limit = page->reserved;
   if (list_contains(page->free, b, limit, key)) return true;
   hk_block *remote = (hk_block *)(atomic_load_explicit(&page->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK);
@@ -70,7 +86,8 @@ bool hk_page_contains_free(hk_page *page, hk_block *b, uintptr_t key) {
 
 /* Take the remote stack, set the page state to new_state, move the blocks
  * onto the owner's list. Returns how many blocks came back. */
-uint32_t hk_page_collect(hk_page *page, unsigned new_state, uintptr_t key) {
+uint32_t hk_page_collect(hk_page *page, unsigned new_state) {
+  uintptr_t key = page->key;
   uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
   while (!atomic_compare_exchange_weak_explicit(&page->remote, &old, (uintptr_t)new_state,
                                                 memory_order_acq_rel, memory_order_relaxed)) {
@@ -88,15 +105,15 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state, uintptr_t key) {
   return count;
 }
 
-/* Free from a thread that does not own the page. `suspicious`: the block
- * looks free already (hk_looks_free). */
-void hk_page_remote_free(hk_page *page, hk_block *b, bool suspicious, uintptr_t key) {
+/* Free from a thread that does not own the page. */
+void hk_page_remote_free(hk_page *page, hk_block *b) {
+  uintptr_t key = page->key;
   /* Only the owner may walk the page's lists to confirm, and pushing the
    * block would corrupt the list it is already on. A live block's first word
    * is 0 or user data, which matches a free link only if it equals
-   * hk_key ^ (an address in this page): with a random 64-bit key, that does
+   * page->key ^ (an address in its region): with a random 64-bit key, that does
    * not happen by chance. */
-  if (HK_UNLIKELY(suspicious)) hk_fatal("double free detected (block freed again by another thread)", b);
+  if (HK_UNLIKELY(hk_looks_free(b, key))) hk_fatal("double free detected (block freed again by another thread)", b);
   /* Read the owner before the push: once pushed, the block may be collected
    * and the page released at any time. */
   hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_acquire);
