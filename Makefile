@@ -36,5 +36,19 @@ test-install: build
 install: build
 	$(CMAKE) --install build --prefix $(PREFIX)
 
+# Benchmarks (docs/BENCHMARKS.md): hakmem against glibc, mimalloc, jemalloc,
+# tcmalloc. Results go to bench/results/. bench: full suite, 5 repeats (under
+# 15 minutes on 2 cores); bench-quick: a subset in about a minute (CI);
+# bench-callgrind: instructions per malloc+free pair (needs valgrind).
+.PHONY: bench bench-quick bench-callgrind
+bench: build
+	python3 bench/run.py
+
+bench-quick: build
+	python3 bench/run.py --quick
+
+bench-callgrind: build
+	python3 bench/run.py --callgrind
+
 clean:
 	rm -rf build build-asan build-tsan

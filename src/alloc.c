@@ -33,14 +33,15 @@ void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
     return NULL;
   }
   if (align <= HK_MAX_ALIGN_CLASS) {
-    size_t req = (size + align - 1) & ~(align - 1);
+    size_t need = hk_secure ? size + HK_SECURE_EXTRA : size;
+    size_t req = (need + align - 1) & ~(align - 1);
     if (req < align) req = align;
     if (req <= HK_MEDIUM_MAX) {
       if (atomic_load_explicit(&hk_init_state, memory_order_acquire) != 2) hk_init();
       unsigned cls = hk_size_class(req);
       while (cls < HK_NCLASSES && (hk_class_size[cls] & (align - 1)) != 0) cls++;
       if (cls < HK_NCLASSES) {
-        void *p = hk_malloc_fast(hk_class_size[cls]);
+        void *p = hk_secure ? hk_alloc_class(size, cls) : hk_malloc_fast(hk_class_size[cls]);
         if (p != NULL && zero) memset(p, 0, size);
         return p;
       }
@@ -65,11 +66,18 @@ void *hk_realloc(void *p, size_t size) {
   } else {
     hk_page *page = hk_page_of(r, p);
     if (hk_looks_free((hk_block *)p, page->key) &&
-        atomic_load_explicit(&page->heap, memory_order_relaxed) == hk_tls_heap &&
+        atomic_load_explicit(&page->heap, memory_order_relaxed) == hk_owner_tag(hk_tls_heap) &&
         hk_page_contains_free(page, (hk_block *)p))
       hk_fatal("realloc() of a freed block", p);
   }
-  if (r->kind != HK_KIND_LARGE && size <= usable && (size >= usable / 2 || usable <= 16)) {
+  if (r->kind != HK_KIND_LARGE && hk_secure) {
+    hk_page *page = hk_page_of(r, p);
+    uint32_t bs = page->block_size;
+    if (size <= bs - HK_SECURE_EXTRA && size + HK_SECURE_EXTRA >= bs / 2) {
+      hk_secure_set_size(page, (hk_block *)p, size); /* new canary position */
+      return p;
+    }
+  } else if (r->kind != HK_KIND_LARGE && size <= usable && (size >= usable / 2 || usable <= 16)) {
     return p; /* fits, and not wasting more than half */
   }
   void *q = hk_malloc_fast(size);

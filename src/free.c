@@ -10,6 +10,10 @@
  * hk_looks_free), then free it as the fast path would have. */
 void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b) {
   if (hk_page_contains_free(page, b)) hk_fatal("double free detected", b);
+  hk_free_local_push(heap, page, b);
+}
+
+void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b) {
   hk_block *first = page->free;
   hk_link_set(b, first, page->key);
   page->free = b;
@@ -51,6 +55,7 @@ size_t hk_block_size(const void *p, const char *who) {
   uint32_t off = (uint32_t)(a - page->start);
   if (!(a - page->start < page->area && hk_is_block_start(page, off)))
     hk_fatal_in(who, "pointer that is not a block", p);
+  if (hk_secure) return hk_secure_size(page, (hk_block *)p);
   return page->block_size;
 }
 

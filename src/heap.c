@@ -55,9 +55,12 @@ static void full_remove(hk_heap *h, hk_page *p) {
   p->in_full = 0;
 }
 
+/* The current page is the first of the class queue; direct[] exposes it to
+ * the malloc fast path. In hardened mode direct[] stays empty so every
+ * malloc takes the slow path, where the checks are. */
 static void set_current(hk_heap *h, unsigned cls) {
   hk_page *first = h->queues[cls].first;
-  h->direct[cls] = first ? first : &hk_page_empty;
+  h->direct[cls] = first && !hk_secure ? first : &hk_page_empty;
 }
 
 static void release_page(hk_heap *h, hk_page *page) {
@@ -242,7 +245,7 @@ static hk_page *adopt(hk_heap *h, unsigned cls) {
   }
   pthread_mutex_unlock(&hk_abandoned_lock);
   if (p == NULL) return NULL;
-  atomic_store_explicit(&p->heap, h, memory_order_release);
+  atomic_store_explicit(&p->heap, hk_owner_tag(h), memory_order_release);
   hk_page_collect(p, HK_PAGE_NORMAL);
   h->stats.pages_adopted++;
   return p;
@@ -303,7 +306,7 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
   /* An empty current page stays (a malloc/free loop must not churn pages)
    * if it is a single slab; a multi-slab span would hold up to 1 MiB per
    * class, so it retires like any other empty page. */
-  if (page->used == 0 && (page != h->direct[cls] || page->nslabs > 1)) {
+  if (page->used == 0 && (page != h->queues[cls].first || page->nslabs > 1)) {
     queue_remove(&h->queues[cls], page);
     retire_page(h, page);
     set_current(h, cls);
@@ -318,7 +321,7 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls) {
   if (page == NULL) page = hk_region_alloc_span(hk_class_slabs[cls]);
   if (page == NULL) return NULL;
   hk_page_init(page, cls);
-  atomic_store_explicit(&page->heap, h, memory_order_release);
+  atomic_store_explicit(&page->heap, hk_owner_tag(h), memory_order_release);
   h->stats.pages_acquired++;
   /* Every so often look at all parked pages: a hint can be lost when a page
    * is abandoned and re-adopted while a remote free is in flight. */
@@ -341,7 +344,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
           queue_remove(q, p);
           queue_push_front(q, p);
         }
-        h->direct[cls] = p;
+        set_current(h, cls);
         return p;
       }
       if (!park_full(h, p)) hk_page_collect(p, HK_PAGE_NORMAL), next = p; /* retry it */
@@ -359,22 +362,14 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
   }
   queue_push_front(q, p);
   hk_page_extend(p);
-  h->direct[cls] = p;
+  set_current(h, cls);
   return p;
 }
 
-void *hk_malloc_slow(hk_heap *h, size_t size, unsigned cls) {
-  if (h == &hk_heap_empty) {
-    h = hk_heap_get();
-    if (h == NULL) {
-      errno = ENOMEM;
-      return NULL;
-    }
-    cls = size <= HK_MEDIUM_MAX ? hk_size_class(size) : HK_NCLASSES;
-  }
-  if (cls >= HK_NCLASSES) return hk_large_alloc(size, 16, false);
-  hk_page *page = h->direct[cls];
-  if (hk_list_end(page->free)) page = find_page(h, cls);
+/* A block of class cls for a request of `size` bytes. */
+static void *alloc_in_class(hk_heap *h, size_t size, unsigned cls) {
+  hk_page *page = h->queues[cls].first;
+  if (page == NULL || hk_list_end(page->free)) page = find_page(h, cls);
   if (page == NULL) {
     errno = ENOMEM;
     return NULL;
@@ -383,8 +378,36 @@ void *hk_malloc_slow(hk_heap *h, size_t size, unsigned cls) {
   page->free = hk_link_next(b, page->key);
   b->link = 0;
   page->used++;
+  if (hk_secure) hk_secure_on_alloc(page, b, size);
   hk_purger_poke();
   return b;
+}
+
+/* From the fast path: cls is size's class (computed from the lookup table,
+ * which is empty before initialisation; hence the recomputation). */
+void *hk_malloc_slow(hk_heap *h, size_t size, unsigned cls) {
+  if (h == &hk_heap_empty) {
+    h = hk_heap_get();
+    if (h == NULL) {
+      errno = ENOMEM;
+      return NULL;
+    }
+  }
+  /* hardened: the class must also hold the canary and the trailer */
+  size_t need = hk_secure ? size + HK_SECURE_EXTRA : size;
+  cls = need <= HK_MEDIUM_MAX && need >= size ? hk_size_class(need) : HK_NCLASSES;
+  if (cls >= HK_NCLASSES) return hk_large_alloc(size, 16, false);
+  return alloc_in_class(h, size, cls);
+}
+
+/* Explicit class (aligned allocation): hk_init has run. */
+void *hk_alloc_class(size_t size, unsigned cls) {
+  hk_heap *h = hk_heap_get();
+  if (h == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return alloc_in_class(h, size, cls);
 }
 
 /* Collect remote frees and give back empty pages (malloc_trim, thread exit). */
@@ -395,7 +418,7 @@ void hk_heap_collect(hk_heap *h, bool release_all) {
     for (hk_page *p = h->queues[c].first; p != NULL; p = next) {
       next = p->next;
       hk_page_collect(p, HK_PAGE_NORMAL);
-      if (p->used == 0 && (release_all || p != h->direct[c])) {
+      if (p->used == 0 && (release_all || p != h->queues[c].first)) {
         queue_remove(&h->queues[c], p);
         release_page(h, p);
       }

@@ -34,6 +34,8 @@ void hk_init(void) {
   hk_sizeclass_init();
   check_size_classes();
   hk_options_init();
+  hk_secure = hk_opt.secure >= 1;
+  hk_secure_zero = hk_opt.secure >= 2;
   uint64_t k = hk_os_random();
   /* High bits set: user data XOR key is then never a plausible address. */
   if ((k >> 48) < 0x100) k |= (uint64_t)0xa5c3 << 48;

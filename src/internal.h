@@ -227,6 +227,26 @@ typedef struct hk_heap {
 } hk_heap;
 
 extern hk_heap hk_heap_empty;     /* every thread starts here: direct[] -> hk_page_empty */
+
+/* ---- hardened mode (secure.c) ----
+ * HAKMEM_SECURE=1: guard pages, randomised carving order, a canary after
+ * every small/medium block checked on free; =2 adds zero-on-free with a
+ * write-after-free check on malloc. The fast paths need no test for it:
+ * direct[] stays empty (malloc always takes the slow path) and pages store
+ * their owner with bit 0 set (free never matches it and takes the slow
+ * path). */
+extern bool hk_secure;            /* HAKMEM_SECURE >= 1, fixed at initialisation */
+extern bool hk_secure_zero;       /* HAKMEM_SECURE == 2 */
+#define HK_SECURE_EXTRA 9         /* trailer word + at least one canary byte */
+#define HK_GUARD 4096             /* a PROT_NONE page */
+HK_INLINE hk_heap *hk_owner_tag(hk_heap *h) { return hk_secure ? (hk_heap *)((uintptr_t)h | 1) : h; }
+HK_INLINE hk_heap *hk_owner_untag(hk_heap *h) { return (hk_heap *)((uintptr_t)h & ~(uintptr_t)1); }
+void hk_secure_on_alloc(hk_page *page, hk_block *b, size_t size);
+void hk_secure_set_size(hk_page *page, hk_block *b, size_t size);
+void hk_secure_check_free(hk_page *page, hk_block *b);
+size_t hk_secure_size(hk_page *page, hk_block *b);
+void hk_secure_shuffle_extend(hk_page *page, uint32_t n);
+void *hk_alloc_class(size_t size, unsigned cls);
 extern hk_page hk_page_empty;
 extern __thread hk_heap *hk_tls_heap __attribute__((tls_model("initial-exec")));
 
@@ -239,6 +259,7 @@ typedef struct hk_options {
   long large_cache_max;   /* HAKMEM_LARGE_CACHE_ENTRIES */
   long verbose;           /* HAKMEM_VERBOSE */
   long purge_thread;      /* HAKMEM_PURGE_THREAD */
+  long secure;            /* HAKMEM_SECURE */
 } hk_options;
 extern hk_options hk_opt;
 void hk_options_init(void);
@@ -247,6 +268,7 @@ void hk_options_print(void);
 /* ---- os.c: every system call hakmem makes ---- */
 void *hk_os_map_aligned(size_t size, size_t align);   /* NULL on failure */
 void hk_os_unmap(void *p, size_t size);
+void hk_os_guard(void *p, size_t size);                /* PROT_NONE */
 void hk_os_purge(void *p, size_t size);               /* MADV_DONTNEED */
 void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align); /* NULL on failure */
 bool hk_os_shrink(void *p, size_t old_size, size_t new_size);
@@ -338,6 +360,7 @@ void hk_free_slow(void *p);
 size_t hk_usable_size(const void *p);
 size_t hk_block_size(const void *p, const char *who);
 void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b);
+void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b);
 void hk_sizeclass_init(void);
 void hk_region_usage(size_t *mapped, size_t *in_use);
 int hk_trim(void);

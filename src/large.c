@@ -82,13 +82,25 @@ bool hk_large_trim(bool force) {
   return n > 0;
 }
 
+/* Hardened mode: a guard page right before the data (after the header) and
+ * one right after it; such blocks are neither cached nor moved by mremap,
+ * which would misplace the guards. */
+static size_t guard_tail(void) { return hk_secure ? HK_GUARD : 0; }
+
+static void place_guards(hk_region *r) {
+  if (!hk_secure) return;
+  hk_os_guard((char *)r + r->user_offset - HK_GUARD, HK_GUARD);
+  hk_os_guard((char *)r + r->map_size - HK_GUARD, HK_GUARD);
+}
+
 void *hk_large_alloc(size_t size, size_t align, bool zero) {
   size_t off = align <= HK_LARGE_HEADER ? HK_LARGE_HEADER : align;
+  if (hk_secure && off < HK_LARGE_HEADER + HK_GUARD) off = HK_LARGE_HEADER + HK_GUARD;
   if (size > ((size_t)1 << 46) || align > ((size_t)1 << 40)) {
     errno = ENOMEM;
     return NULL;
   }
-  size_t need = round_page(off + (size ? size : 1)); /* a 0-byte block still owns a byte */
+  size_t need = round_page(off + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
   hk_region *r = NULL;
   if (align >= HK_REGION_SIZE) {
     r = hk_os_map_aligned(need, align);
@@ -103,6 +115,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
     r->user_size = size;
     r->large_state = HK_LARGE_LIVE;
     r->large_detached = 1;
+    place_guards(r);
     pthread_mutex_lock(&hk_large_lock);
     r->prev = NULL;
     r->next = detached;
@@ -116,7 +129,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   }
   pthread_mutex_lock(&hk_large_lock);
   unsigned best = CACHE_MAX;
-  for (unsigned i = 0; i < cache_n; i++) {
+  for (unsigned i = 0; i < cache_n && !hk_secure; i++) {
     size_t m = cache[i]->map_size;
     if (m >= need && m <= 2 * need && (best == CACHE_MAX || m < cache[best]->map_size)) best = i;
   }
@@ -151,6 +164,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   r->user_offset = off;
   r->user_size = size;
   r->large_state = HK_LARGE_LIVE;
+  place_guards(r);
   hk_stat_add(large_allocs, 1);
   char *p = (char *)r + off;
   if (zero && !r->large_zero) memset(p, 0, size);
@@ -182,7 +196,7 @@ void hk_large_free(hk_region *r, void *p) {
   r->large_state = HK_LARGE_CACHED;
   nv = cache_expire_locked(victims, false);
   size_t limit = (size_t)hk_opt.large_cache_mb << 20;
-  if (cache_n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
+  if (!hk_secure && cache_n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
     /* make room by evicting the oldest entries */
     while (cache_bytes + r->map_size > limit && cache_n > 0) {
       unsigned oldest = 0;
@@ -203,12 +217,17 @@ void hk_large_free(hk_region *r, void *p) {
   if (cached) hk_purger_notify(); /* no lock held: may start the purger */
 }
 
-size_t hk_large_usable(hk_region *r) { return r->map_size - r->user_offset; }
+size_t hk_large_usable(hk_region *r) { return r->map_size - guard_tail() - r->user_offset; }
 
 /* Resize in place or move with mremap. NULL: the caller copies. */
 void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   if (size > ((size_t)1 << 46)) return NULL;
   size_t need = round_page(r->user_offset + size);
+  if (hk_secure) { /* guards stay where they are: in place if it fits, else copy */
+    if (need + HK_GUARD > r->map_size) return NULL;
+    r->user_size = size;
+    return p;
+  }
   if (need <= r->map_size) {
     /* shrink: give back the tail when at least half the mapping is unused */
     if (need <= r->map_size / 2 && hk_os_shrink(r, r->map_size, need)) {

@@ -7,6 +7,10 @@
 
 extern char **environ;
 
+#ifndef HAKMEM_SECURE_DEFAULT
+#define HAKMEM_SECURE_DEFAULT 0
+#endif
+
 hk_options hk_opt;
 
 typedef struct option_desc {
@@ -27,6 +31,8 @@ static option_desc options[] = {
   {"LARGE_CACHE_ENTRIES", &hk_opt.large_cache_max, 16, 0, 64,
    "number of freed large blocks kept for reuse"},
   {"VERBOSE", &hk_opt.verbose, 0, 0, 1, "print warnings (e.g. failed munmap) to stderr"},
+  {"SECURE", &hk_opt.secure, HAKMEM_SECURE_DEFAULT, 0, 2,
+   "hardened mode: 1 guard pages, randomised order, canaries; 2 also zero-on-free"},
   {"PURGE_THREAD", &hk_opt.purge_thread, 1, 0, 1,
    "background thread that purges after the delay even if the program makes no call"},
 };

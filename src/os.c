@@ -35,6 +35,10 @@ void *hk_os_map_aligned(size_t size, size_t align) {
   return (void *)aligned;
 }
 
+void hk_os_guard(void *p, size_t size) {
+  if (mprotect(p, size, PROT_NONE) != 0) hk_warning("mprotect of a guard page failed");
+}
+
 void hk_os_unmap(void *p, size_t size) {
   if (munmap(p, size) != 0) hk_warning("munmap failed");
 }

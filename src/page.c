@@ -56,6 +56,10 @@ bool hk_page_extend(hk_page *page) {
   uint32_t n = EXTEND_BYTES / bs;
   if (n == 0) n = 1;
   if (n > page->reserved - page->capacity) n = page->reserved - page->capacity;
+  if (hk_secure) {
+    hk_secure_shuffle_extend(page, n);
+    return true;
+  }
   char *first = (char *)page->start + (size_t)page->capacity * bs;
   char *b = first;
   for (uint32_t i = 1; i < n; i++, b += bs) hk_link_set((hk_block *)b, (hk_block *)(b + bs), key);
@@ -108,15 +112,29 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state) {
 /* Free from a thread that does not own the page. */
 void hk_page_remote_free(hk_page *page, hk_block *b) {
   uintptr_t key = page->key;
-  /* Only the owner may walk the page's lists to confirm, and pushing the
-   * block would corrupt the list it is already on. A live block's first word
-   * is 0 or user data, which matches a free link only if it equals
-   * page->key ^ (an address in its region): with a random 64-bit key, that does
-   * not happen by chance. */
-  if (HK_UNLIKELY(hk_looks_free(b, key))) hk_fatal("double free detected (block freed again by another thread)", b);
   /* Read the owner before the push: once pushed, the block may be collected
    * and the page released at any time. */
   hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_acquire);
+  if (hk_secure) {
+    /* every hardened-mode free lands here (the owner is stored tagged) */
+    hk_heap *self = hk_tls_heap;
+    bool mine = self != &hk_heap_empty && owner == hk_owner_tag(self);
+    if (hk_looks_free(b, key) && (!mine || hk_page_contains_free(page, b)))
+      hk_fatal(mine ? "double free detected" : "double free detected (block freed again by another thread)", b);
+    hk_secure_check_free(page, b);
+    if (mine) {
+      hk_free_local_push(self, page, b);
+      return;
+    }
+    owner = hk_owner_untag(owner);
+  } else if (HK_UNLIKELY(hk_looks_free(b, key))) {
+    /* Only the owner may walk the page's lists to confirm, and pushing the
+     * block would corrupt the list it is already on. A live block's first
+     * word is 0 or user data, which matches a free link only if it equals
+     * page->key ^ (an address in its region): with a random 64-bit key, that
+     * does not happen by chance. */
+    hk_fatal("double free detected (block freed again by another thread)", b);
+  }
   uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
   do {
     /* an empty stack (0) is linked as the region base: see hk_list_end */

@@ -14,7 +14,9 @@
 pthread_mutex_t hk_region_lock = PTHREAD_MUTEX_INITIALIZER;
 _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
 
-#define ALL_SLABS (~(uint32_t)1) /* slabs 1..31 */
+/* Slabs 1..31 serve pages. In hardened mode slab 31 is left out: its last
+ * 4 KiB is the guard page between this region and the next. */
+#define ALL_SLABS (hk_secure ? (~(uint32_t)1 & ~((uint32_t)1 << 31)) : ~(uint32_t)1)
 
 static hk_region *regions;       /* every small region; full ones (no free slab) at the tail */
 static hk_region *regions_tail;
@@ -56,6 +58,7 @@ static hk_region *region_new(void) {
     hk_os_unmap(r, HK_REGION_SIZE);
     return NULL;
   }
+  if (hk_secure) hk_os_guard((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD); /* catches overflows into the next region */
   r->magic = HK_MAGIC_REGION;
   r->kind = HK_KIND_SMALL;
   r->free_mask = ALL_SLABS;
@@ -222,7 +225,7 @@ void hk_region_usage(size_t *mapped, size_t *in_use) {
   size_t m = 0, u = 0;
   for (hk_region *r = regions; r != NULL; r = r->next) {
     m += HK_REGION_SIZE;
-    u += (size_t)(31 - __builtin_popcount(r->free_mask)) * HK_SLAB_SIZE;
+    u += (size_t)(__builtin_popcount(ALL_SLABS) - __builtin_popcount(r->free_mask)) * HK_SLAB_SIZE;
   }
   pthread_mutex_unlock(&hk_region_lock);
   *mapped = m;
