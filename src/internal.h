@@ -102,9 +102,14 @@ HK_INLINE bool hk_looks_free(const hk_block *b, uintptr_t key) {
  * thread uses `free`, `used` and `capacity` without atomics; other threads
  * only push onto `remote` (one CAS). The low two bits of `remote` hold the
  * page's state, so a remote freer learns atomically whether the owner needs
- * a hint (page parked as full) or nobody owns it (abandoned). */
+ * a hint (page parked as full) or nobody owns it (abandoned); the top 16
+ * bits count the stack's blocks. */
 enum { HK_PAGE_NORMAL = 0, HK_PAGE_FULL = 1, HK_PAGE_ABANDONED = 2 };
 #define HK_REMOTE_STATE_MASK ((uintptr_t)3)
+/* bits 2..47: the top block of the stack; bits 48..63: how many blocks it
+ * holds, so the owner can take the whole stack without walking it */
+#define HK_REMOTE_COUNT_SHIFT 48
+#define HK_REMOTE_PTR_MASK ((((uintptr_t)1 << HK_REMOTE_COUNT_SHIFT) - 1) & ~HK_REMOTE_STATE_MASK)
 
 struct hk_heap;
 

@@ -84,27 +84,35 @@ bool hk_page_contains_free(hk_page *page, hk_block *b) {
   uintptr_t key = page->key;
   uint32_t limit = page->reserved;
   if (list_contains(page->free, b, limit, key)) return true;
-  hk_block *remote = (hk_block *)(atomic_load_explicit(&page->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK);
+  hk_block *remote = (hk_block *)(atomic_load_explicit(&page->remote, memory_order_acquire) & HK_REMOTE_PTR_MASK);
   return list_contains(remote, b, limit, key);
 }
 
 /* Take the remote stack, set the page state to new_state, move the blocks
- * onto the owner's list. Returns how many blocks came back. */
+ * onto the owner's list. Returns how many blocks came back. The remote stack
+ * is linked exactly like the owner's list (same key, same end), so when the
+ * owner's list is empty it becomes the list as it is: no walk over the
+ * blocks, whose cache lines are likely in another core's cache. */
 uint32_t hk_page_collect(hk_page *page, unsigned new_state) {
   uintptr_t key = page->key;
   uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
   while (!atomic_compare_exchange_weak_explicit(&page->remote, &old, (uintptr_t)new_state,
                                                 memory_order_acq_rel, memory_order_relaxed)) {
   }
-  hk_block *b = (hk_block *)(old & ~HK_REMOTE_STATE_MASK);
-  uint32_t count = 0;
-  while (!hk_list_end(b)) {
-    hk_block *next = hk_link_next(b, key);
-    if (HK_UNLIKELY(++count > page->used)) hk_fatal("free list corrupted (double free or heap overflow)", b);
-    hk_link_set(b, page->free, key);
-    page->free = b;
-    b = next;
+  hk_block *list = (hk_block *)(old & HK_REMOTE_PTR_MASK);
+  uint32_t count = (uint32_t)(old >> HK_REMOTE_COUNT_SHIFT);
+  if (list == NULL) return 0;
+  if (HK_UNLIKELY(count > page->used || count == 0)) hk_fatal("free list corrupted (double free or heap overflow)", list);
+  if (!hk_list_end(page->free)) {
+    /* append the owner's list after the stack's last block */
+    hk_block *tail = list;
+    for (uint32_t i = 1; i < count; i++) {
+      tail = hk_link_next(tail, key);
+      if (HK_UNLIKELY(hk_list_end(tail))) hk_fatal("free list corrupted (double free or heap overflow)", list);
+    }
+    hk_link_set(tail, page->free, key);
   }
+  page->free = list;
   page->used -= count;
   return count;
 }
@@ -138,9 +146,10 @@ void hk_page_remote_free(hk_page *page, hk_block *b) {
   uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
   do {
     /* an empty stack (0) is linked as the region base: see hk_list_end */
-    b->link = ((old & ~HK_REMOTE_STATE_MASK) | ((uintptr_t)b & ~HK_REGION_MASK)) ^ key;
+    b->link = ((old & HK_REMOTE_PTR_MASK) | ((uintptr_t)b & ~HK_REGION_MASK)) ^ key;
   } while (!atomic_compare_exchange_weak_explicit(&page->remote, &old,
-                                                  (uintptr_t)b | (old & HK_REMOTE_STATE_MASK),
+                                                  (uintptr_t)b | (old & HK_REMOTE_STATE_MASK) |
+                                                      ((old >> HK_REMOTE_COUNT_SHIFT) + 1) << HK_REMOTE_COUNT_SHIFT,
                                                   memory_order_release, memory_order_relaxed));
   unsigned state = (unsigned)(old & HK_REMOTE_STATE_MASK);
   /* Heaps are never unmapped, so a stale owner pointer is harmless here. */
