@@ -93,43 +93,30 @@ static void place_guards(hk_region *r) {
   hk_os_guard((char *)r + r->map_size - HK_GUARD, HK_GUARD);
 }
 
-void *hk_large_alloc(size_t size, size_t align, bool zero) {
-  size_t off = align <= HK_LARGE_HEADER ? HK_LARGE_HEADER : align;
-  if (hk_secure && off < HK_LARGE_HEADER + HK_GUARD) off = HK_LARGE_HEADER + HK_GUARD;
-  if (size > ((size_t)1 << 46) || align > ((size_t)1 << 40)) {
-    errno = ENOMEM;
-    return NULL;
-  }
-  size_t need = round_page(off + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
-  hk_region *r = NULL;
-  if (align >= HK_REGION_SIZE) {
+/* A fresh mapping for a large block, its header filled in; NULL when out of
+ * memory even after giving back what the caches hold. */
+static hk_region *map_large(size_t need, size_t align) {
+  hk_region *r = hk_os_map_aligned(need, align);
+  if (r == NULL) {
+    hk_large_trim(true);
+    hk_region_purge(true);
     r = hk_os_map_aligned(need, align);
-    if (r == NULL) {
-      errno = ENOMEM;
-      return NULL;
-    }
-    r->magic = HK_MAGIC_REGION;
-    r->kind = HK_KIND_LARGE;
-    r->map_size = need;
-    r->user_offset = off;
-    r->user_size = size;
-    r->large_state = HK_LARGE_LIVE;
-    r->large_detached = 1;
-    place_guards(r);
-    pthread_mutex_lock(&hk_large_lock);
-    r->prev = NULL;
-    r->next = detached;
-    if (detached) detached->prev = r;
-    detached = r;
-    pthread_mutex_unlock(&hk_large_lock);
-    hk_stat_add(large_allocs, 1);
-    hk_stat_peak(&hk_stats.large_peak_bytes,
-                 atomic_fetch_add_explicit(&hk_stats.large_mapped_bytes, need, memory_order_relaxed) + need);
-    return (char *)r + off; /* fresh mapping: already zero */
   }
+  if (r == NULL) return NULL;
+  r->magic = HK_MAGIC_REGION;
+  r->kind = HK_KIND_LARGE;
+  r->map_size = need;
+  r->large_zero = 1;
+  hk_stat_peak(&hk_stats.large_peak_bytes,
+               atomic_fetch_add_explicit(&hk_stats.large_mapped_bytes, need, memory_order_relaxed) + need);
+  return r;
+}
+
+static hk_region *cache_take(size_t need) {
+  hk_region *r = NULL;
   pthread_mutex_lock(&hk_large_lock);
   unsigned best = CACHE_MAX;
-  for (unsigned i = 0; i < cache_n && !hk_secure; i++) {
+  for (unsigned i = 0; i < cache_n; i++) {
     size_t m = cache[i]->map_size;
     if (m >= need && m <= 2 * need && (best == CACHE_MAX || m < cache[best]->map_size)) best = i;
   }
@@ -141,25 +128,37 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   if (r != NULL) {
     hk_stat_add(large_cache_hits, 1);
     r->large_zero = 0;
-  } else {
-    r = hk_os_map_aligned(need, HK_REGION_SIZE);
-    if (r == NULL) {
-      /* Out of address space or memory: give back what we hold, retry once. */
-      hk_large_trim(true);
-      hk_region_purge(true);
-      r = hk_os_map_aligned(need, HK_REGION_SIZE);
-    }
+  }
+  return r;
+}
+
+void *hk_large_alloc(size_t size, size_t align, bool zero) {
+  size_t off = align <= HK_LARGE_HEADER ? HK_LARGE_HEADER : align;
+  if (hk_secure && off < HK_LARGE_HEADER + HK_GUARD) off = HK_LARGE_HEADER + HK_GUARD;
+  if (size > ((size_t)1 << 46) || align > ((size_t)1 << 40)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t need = round_page(off + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
+  bool detach = align >= HK_REGION_SIZE;
+  hk_region *r = detach || hk_secure ? NULL : cache_take(need);
+  if (r == NULL) {
+    r = map_large(need, detach ? align : HK_REGION_SIZE);
     if (r == NULL) {
       errno = ENOMEM;
       return NULL;
     }
-    r->magic = HK_MAGIC_REGION;
-    r->kind = HK_KIND_LARGE;
-    r->map_size = need;
-    r->large_zero = 1;
-    hk_region_register(r);
-    hk_stat_peak(&hk_stats.large_peak_bytes,
-                 atomic_fetch_add_explicit(&hk_stats.large_mapped_bytes, need, memory_order_relaxed) + need);
+    if (detach) {
+      r->large_detached = 1;
+      pthread_mutex_lock(&hk_large_lock);
+      r->prev = NULL;
+      r->next = detached;
+      if (detached) detached->prev = r;
+      detached = r;
+      pthread_mutex_unlock(&hk_large_lock);
+    } else {
+      hk_region_register(r);
+    }
   }
   r->user_offset = off;
   r->user_size = size;
