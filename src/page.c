@@ -3,13 +3,13 @@
  * The owner thread pops and pushes `page->free` with plain loads and stores.
  * Other threads push freed blocks onto `page->remote` with one CAS; the
  * owner takes the whole remote stack with another CAS when it runs dry
- * (hk_page_collect). Blocks are carved lazily, 16 KiB at a time, so a page
+ * (hk_page_collect). Blocks are carved lazily, 4 KiB (one OS page) at a time, so a page
  * only commits the memory it has handed out. */
 #include "internal.h"
 
 #include <string.h>
 
-#define EXTEND_BYTES (16u << 10)
+#define EXTEND_BYTES (4u << 10)
 
 extern _Atomic uint32_t hk_abandoned_hint;
 
