@@ -83,8 +83,9 @@ bool hk_large_trim(bool force) {
 }
 
 /* Hardened mode: a guard page right before the data (after the header) and
- * one right after it; such blocks are neither cached nor moved by mremap,
- * which would misplace the guards. */
+ * one at the end of the mapping. Such blocks are not moved by mremap (that
+ * would misplace the guards); a cached one is reused only for the same data
+ * offset, so its guards are where they belong. */
 static size_t guard_tail(void) { return hk_secure ? HK_GUARD : 0; }
 
 static void place_guards(hk_region *r) {
@@ -112,13 +113,16 @@ static hk_region *map_large(size_t need, size_t align) {
   return r;
 }
 
-static hk_region *cache_take(size_t need) {
+static hk_region *cache_take(size_t need, size_t off) {
   hk_region *r = NULL;
   pthread_mutex_lock(&hk_large_lock);
   unsigned best = CACHE_MAX;
   for (unsigned i = 0; i < cache_n; i++) {
     size_t m = cache[i]->map_size;
-    if (m >= need && m <= 2 * need && (best == CACHE_MAX || m < cache[best]->map_size)) best = i;
+    /* same data offset: in hardened mode the guard pages stay in place */
+    if (m >= need && m <= 2 * need && cache[i]->user_offset == off &&
+        (best == CACHE_MAX || m < cache[best]->map_size))
+      best = i;
   }
   if (best != CACHE_MAX) {
     r = cache[best];
@@ -141,13 +145,15 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   }
   size_t need = round_page(off + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
   bool detach = align >= HK_REGION_SIZE;
-  hk_region *r = detach || hk_secure ? NULL : cache_take(need);
+  hk_region *r = detach ? NULL : cache_take(need, off);
   if (r == NULL) {
     r = map_large(need, detach ? align : HK_REGION_SIZE);
     if (r == NULL) {
       errno = ENOMEM;
       return NULL;
     }
+    r->user_offset = off;
+    place_guards(r); /* once per mapping: a cached one keeps them */
     if (detach) {
       r->large_detached = 1;
       pthread_mutex_lock(&hk_large_lock);
@@ -163,7 +169,6 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   r->user_offset = off;
   r->user_size = size;
   r->large_state = HK_LARGE_LIVE;
-  place_guards(r);
   hk_stat_add(large_allocs, 1);
   char *p = (char *)r + off;
   if (zero && !r->large_zero) memset(p, 0, size);
@@ -195,7 +200,7 @@ void hk_large_free(hk_region *r, void *p) {
   r->large_state = HK_LARGE_CACHED;
   nv = cache_expire_locked(victims, false);
   size_t limit = (size_t)hk_opt.large_cache_mb << 20;
-  if (!hk_secure && cache_n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
+  if (cache_n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
     /* make room by evicting the oldest entries */
     while (cache_bytes + r->map_size > limit && cache_n > 0) {
       unsigned oldest = 0;
