@@ -10,12 +10,24 @@
 
 typedef struct { void *p; size_t n; } blk;
 
+static blk *b;
+static size_t cap = 1 << 16, nb = 0;
+
+/* allocate and touch an n-byte block, append it to b[] */
+static void add_block(size_t n) {
+  if (nb == cap) b = realloc(b, (cap *= 2) * sizeof *b);
+  if (!b) exit(3);
+  b[nb].p = bu_malloc(n);
+  b[nb].n = n;
+  bu_touch(b[nb].p, n);
+  nb++;
+}
+
 int main(int argc, char **argv) {
   double total = (double)bu_arg(argc, argv, 1, 200) * 1048576.0;
   bu_rng rng;
   bu_seed(&rng, (uint64_t)bu_arg(argc, argv, 2, 5));
-  size_t cap = 1 << 16, nb = 0;
-  blk *b = bu_malloc(cap * sizeof *b);
+  b = bu_malloc(cap * sizeof *b);
   double live = 0, peak_live = 0;
   long before_kb = bu_rss_kb();
   long long ops = 0;
@@ -23,13 +35,9 @@ int main(int argc, char **argv) {
   double t0 = bu_now();
   while (live < total) { /* phase 1 */
     size_t n = (size_t)exp2(4.0 + 12.0 * (double)(bu_next(&rng) >> 11) / 9007199254740992.0);
-    if (nb == cap) b = realloc(b, (cap *= 2) * sizeof *b);
-    if (!b) return 3;
-    b[nb].p = bu_malloc(n);
-    b[nb].n = n;
-    bu_touch(b[nb].p, n);
+    add_block(n);
     live += (double)n;
-    nb++, ops++;
+    ops++;
   }
   peak_live = live;
   size_t kept = 0;
@@ -46,13 +54,9 @@ int main(int argc, char **argv) {
   nb = kept;
   while (live < total) { /* phase 3 */
     size_t n = bu_range(&rng, 64 << 10, 256 << 10);
-    if (nb == cap) b = realloc(b, (cap *= 2) * sizeof *b);
-    if (!b) return 3;
-    b[nb].p = bu_malloc(n);
-    b[nb].n = n;
-    bu_touch(b[nb].p, n);
+    add_block(n);
     live += (double)n;
-    nb++, ops++;
+    ops++;
   }
   if (live > peak_live) peak_live = live;
   long peak_kb = bu_peak_rss_kb();
