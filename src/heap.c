@@ -303,10 +303,22 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
     hk_page_collect(page, HK_PAGE_NORMAL);
     unpark(h, page);
   }
-  /* An empty current page stays (a malloc/free loop must not churn pages)
-   * if it is a single slab; a multi-slab span would hold up to 1 MiB per
-   * class, so it retires like any other empty page. */
-  if (page->used == 0 && (page != h->queues[cls].first || page->nslabs > 1)) {
+  /* Each class keeps at most one empty single-slab page, as its current
+   * page, so a malloc/free loop does not churn pages: an empty current page
+   * stays, and an emptied page replaces a current page that has no free
+   * block (e.g. 64 KiB blocks, one per page). A multi-slab span would hold
+   * up to 1 MiB per class, so it retires like any other empty page. */
+  hk_page *cur = h->queues[cls].first;
+  if (page->used == 0 && page != cur) {
+    queue_remove(&h->queues[cls], page);
+    if (page->nslabs == 1 && cur != NULL && hk_list_end(cur->free) && cur->capacity == cur->reserved &&
+        cur->used != 0) {
+      queue_push_front(&h->queues[cls], page);
+    } else {
+      retire_page(h, page);
+    }
+    set_current(h, cls);
+  } else if (page->used == 0 && page->nslabs > 1) {
     queue_remove(&h->queues[cls], page);
     retire_page(h, page);
     set_current(h, cls);
