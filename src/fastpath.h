@@ -14,20 +14,23 @@
 
 HK_INLINE void *hk_malloc_fast(size_t size) {
   hk_heap *heap = hk_tls_heap;
+  unsigned cls;
   if (HK_LIKELY(size <= HK_LUT_MAX)) {
-    unsigned cls = hk_class_lut[(size + 7) >> 3];
-    hk_page *page = heap->direct[cls];
-    hk_block *b = page->free;
-    if (HK_LIKELY(!hk_list_end(b))) {
-      page->free = hk_link_next(b, page->key);
-      b->link = 0; /* a live block must not look free (see hk_looks_free) */
-      page->used++;
-      return b;
-    }
-    return hk_malloc_slow(heap, size, cls);
+    cls = hk_class_lut[(size + 7) >> 3];
+  } else if (HK_LIKELY(size <= HK_MEDIUM_MAX)) {
+    cls = hk_size_class(size);
+  } else {
+    return hk_malloc_slow(heap, size, HK_NCLASSES);
   }
-  if (size <= HK_MEDIUM_MAX) return hk_malloc_slow(heap, size, hk_size_class(size));
-  return hk_malloc_slow(heap, size, HK_NCLASSES);
+  hk_page *page = heap->direct[cls];
+  hk_block *b = page->free;
+  if (HK_LIKELY(!hk_list_end(b))) {
+    page->free = hk_link_next(b, page->key);
+    b->link = 0; /* a live block must not look free (see hk_looks_free) */
+    page->used++;
+    return b;
+  }
+  return hk_malloc_slow(heap, size, cls);
 }
 
 HK_INLINE void hk_free_fast(void *p) {
