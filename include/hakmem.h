@@ -14,6 +14,11 @@
 #define HAKMEM_H
 
 #include <stddef.h>
+#if defined(__linux__) && defined(__has_include)
+#if __has_include(<malloc.h>)
+#include <malloc.h> /* struct mallinfo2 (glibc >= 2.33) */
+#endif
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,6 +59,19 @@ int hak_malloc_trim(size_t pad);
 
 /* Prints hakmem's counters to stderr (same as HAKMEM_STATS=1 at exit). */
 void hak_malloc_stats(void);
+
+/* cfree: the old name of free. */
+void hak_cfree(void *ptr);
+
+/* Accepted and ignored (hakmem is configured through HAKMEM_* environment
+ * variables, docs/OPTIONS.md); returns 1 like glibc for a known parameter. */
+int hak_mallopt(int param, int value);
+
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+/* arena/uordblks/fordblks: bytes in small/medium regions, in use, free;
+ * hblks/hblkhd: live large blocks and their bytes. */
+struct mallinfo2 hak_mallinfo2(void);
+#endif
 
 #ifdef __cplusplus
 }

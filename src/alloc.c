@@ -125,15 +125,26 @@ HK_API int hak_posix_memalign(void **out, size_t align, size_t size) {
   return 0;
 }
 
+/* glibc's memalign: any alignment is accepted and rounded up to a power of
+ * two (0 and 1 mean none); only one above 2^63 is EINVAL. */
 HK_API void *hak_memalign(size_t align, size_t size) {
+  if (align > SIZE_MAX / 2 + 1) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (align < 2) align = 1;
+  if (!is_pow2(align)) align = (size_t)1 << (64 - __builtin_clzll((unsigned long long)align));
+  return hk_alloc_aligned(align, size, false);
+}
+
+/* C11 and glibc >= 2.38: the alignment must be a power of two (EINVAL). */
+HK_API void *hak_aligned_alloc(size_t align, size_t size) {
   if (!is_pow2(align)) {
     errno = EINVAL;
     return NULL;
   }
   return hk_alloc_aligned(align, size, false);
 }
-
-HK_API void *hak_aligned_alloc(size_t align, size_t size) { return hak_memalign(align, size); }
 HK_API void *hak_valloc(size_t size) { return hk_alloc_aligned(HK_OS_PAGE, size, false); }
 
 HK_API void *hak_pvalloc(size_t size) {
@@ -151,5 +162,6 @@ HK_API int hak_malloc_trim(size_t pad) {
 }
 
 HK_API void hak_malloc_stats(void) { hk_stats_print(); }
+HK_API void hak_cfree(void *p) { hk_free_fast(p); }
 
 HK_API const char *hak_version(void) { return "0.1.0"; }

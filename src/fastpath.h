@@ -41,7 +41,7 @@ HK_INLINE void hk_free_fast(void *p) {
     /* off < area: inside the page's blocks (area is 0 for anything that is
      * not a live page); off * magic <= magic - 1: off is a multiple of the
      * block size, i.e. p is the start of a block. */
-    if (HK_LIKELY(a - page->start < page->area &&
+    if (HK_LIKELY(a - page->start < hk_page_area(page) &&
                   hk_is_block_start(page, off))) {
       hk_heap *heap = hk_tls_heap;
       hk_block *b = (hk_block *)p;

@@ -37,7 +37,11 @@ void hk_free_slow(void *p) {
     return;
   }
   hk_page *page = hk_page_of(r, p);
-  if (page->area == 0) hk_fatal("free() of a pointer that is not an allocated block (double free, or never allocated)", p);
+  uintptr_t off = (uintptr_t)p - page->start;
+  uint32_t area = hk_page_area(page);
+  if (area == 0 || (off >= area && off < (uintptr_t)page->reserved * page->block_size &&
+                          hk_is_block_start(page, (uint32_t)off)))
+    hk_fatal("free() of a pointer that is not an allocated block (double free, or never allocated)", p);
   hk_fatal("free() of a pointer into the middle of a block", p);
 }
 
@@ -53,7 +57,7 @@ size_t hk_block_size(const void *p, const char *who) {
   }
   hk_page *page = hk_page_of(r, p);
   uint32_t off = (uint32_t)(a - page->start);
-  if (!(a - page->start < page->area && hk_is_block_start(page, off)))
+  if (!(a - page->start < hk_page_area(page) && hk_is_block_start(page, off)))
     hk_fatal_in(who, "pointer that is not a block", p);
   if (hk_secure) return hk_secure_size(page, (hk_block *)p);
   return page->block_size;

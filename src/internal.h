@@ -118,7 +118,8 @@ struct hk_heap;
 typedef struct hk_page {
   /* bytes 0..7 are read by free() for any slab index, including slab 0,
    * whose slot holds the region header instead (see hk_region) */
-  uint32_t area;             /* reserved * block_size; 0 = not a live page */
+  _Atomic uint32_t area;     /* capacity * block_size: the carved blocks; 0 = none, or not a live page.
+                                grows while other threads may read it (relaxed: a plain load) */
   uint8_t back;              /* in a span's later slabs: distance to the head slab */
   uint8_t nslabs;            /* in a head slab: span length */
   uint16_t cls;
@@ -204,6 +205,13 @@ HK_INLINE hk_page *hk_page_of(hk_region *r, const void *p) {
   uintptr_t off = ((uintptr_t)p >> (HK_SLAB_SHIFT - HK_PAGE_SHIFT)) & ((uintptr_t)(HK_SLABS - 1) << HK_PAGE_SHIFT);
   hk_page *meta = (hk_page *)((char *)r + off);
   return (hk_page *)((char *)meta - ((uintptr_t)meta->back << HK_PAGE_SHIFT));
+}
+
+HK_INLINE uint32_t hk_page_area(const hk_page *page) {
+  return atomic_load_explicit(&((hk_page *)page)->area, memory_order_relaxed);
+}
+HK_INLINE void hk_page_set_area(hk_page *page) {
+  atomic_store_explicit(&page->area, page->capacity * page->block_size, memory_order_relaxed);
 }
 
 /* p - page->start is a multiple of the block size (Lemire's test with
@@ -355,6 +363,7 @@ bool hk_large_trim(bool force);
 bool hk_large_pending(void);
 size_t hk_large_usable(hk_region *r);
 hk_region *hk_large_find_detached(const void *p);
+size_t hk_large_cached_bytes(void);
 hk_region *hk_region_lookup(const void *p);
 
 /* ---- alloc.c / free.c ---- */

@@ -38,6 +38,14 @@ hk_region *hk_large_find_detached(const void *p) {
 
 static size_t round_page(size_t n) { return (n + HK_OS_PAGE - 1) & ~(size_t)(HK_OS_PAGE - 1); }
 
+/* Bytes of mappings the cache holds. */
+size_t hk_large_cached_bytes(void) {
+  pthread_mutex_lock(&hk_large_lock);
+  size_t n = cache_bytes;
+  pthread_mutex_unlock(&hk_large_lock);
+  return n;
+}
+
 static void unmap_large(hk_region *r) {
   hk_region_unregister(r);
   hk_stat_add(large_unmaps, 1);

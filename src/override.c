@@ -38,36 +38,8 @@ HK_API void *__libc_valloc(size_t size) { return hak_valloc(size); }
 HK_API void *__libc_pvalloc(size_t size) { return hak_pvalloc(size); }
 HK_API int __posix_memalign(void **out, size_t align, size_t size) { return hak_posix_memalign(out, align, size); }
 
-/* mallopt: hakmem is configured through HAKMEM_* variables; every request is
- * accepted and has no effect, like glibc's answer for a known parameter. */
-HK_API int mallopt(int param, int value) {
-  (void)param; (void)value;
-  return 1;
-}
-
-static void usage(size_t *arena, size_t *used, size_t *large) {
-  size_t mapped, in_use;
-  hk_region_usage(&mapped, &in_use);
-  *large = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed);
-  *arena = mapped;
-  *used = in_use;
-}
-
-HK_API struct mallinfo2 mallinfo2(void) {
-  struct mallinfo2 mi;
-  size_t arena, used, large;
-  memset(&mi, 0, sizeof mi);
-  usage(&arena, &used, &large);
-  mi.arena = arena;                       /* bytes in small/medium regions */
-  mi.hblkhd = large;                      /* bytes in large mappings */
-  mi.hblks = atomic_load_explicit(&hk_stats.large_allocs, memory_order_relaxed) -
-             atomic_load_explicit(&hk_stats.large_frees, memory_order_relaxed);
-  mi.uordblks = used + large;             /* bytes in pages in use + large blocks */
-  mi.fordblks = arena > used ? arena - used : 0;
-  mi.usmblks = 0;
-  mi.keepcost = 0;
-  return mi;
-}
+HK_API int mallopt(int param, int value) { return hak_mallopt(param, value); }
+HK_API struct mallinfo2 mallinfo2(void) { return hak_mallinfo2(); }
 
 HK_API struct mallinfo mallinfo(void) {
   struct mallinfo2 m2 = mallinfo2();

@@ -43,8 +43,9 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->capacity = 0;
   page->in_full = 0;
   atomic_store_explicit(&page->remote, HK_PAGE_NORMAL, memory_order_relaxed);
-  /* area last: until it is set, free() treats pointers here as invalid */
-  page->area = page->reserved * bs;
+  /* area grows as blocks are carved (hk_page_extend): free() of a block
+   * that was never handed out fails the fast path's range test */
+  atomic_store_explicit(&page->area, 0, memory_order_relaxed);
 }
 
 /* Carve the next EXTEND_BYTES of untouched blocks onto the free list, in
@@ -66,6 +67,7 @@ bool hk_page_extend(hk_page *page) {
   hk_link_set((hk_block *)b, page->free, key);
   page->free = (hk_block *)first;
   page->capacity += n;
+  hk_page_set_area(page);
   return true;
 }
 

@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "hakmem.h"
+
 hk_stats_t hk_stats;
 static hk_heap_stats exited; /* merged from exited threads, under hk_heap_lock */
 
@@ -79,4 +81,31 @@ void hk_stats_print(void) {
 
 __attribute__((destructor)) static void stats_at_exit(void) {
   if (hk_opt.stats) hk_stats_print();
+}
+
+/* mallinfo2: small/medium regions are the arena; large mappings are hblkhd,
+ * except those held by the large-block cache, which count as free. */
+HK_API struct mallinfo2 hak_mallinfo2(void) {
+  struct mallinfo2 mi;
+  size_t mapped, in_use;
+  memset(&mi, 0, sizeof mi);
+  hk_region_usage(&mapped, &in_use);
+  size_t large = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed);
+  size_t cached = hk_large_cached_bytes();
+  size_t live_large = large > cached ? large - cached : 0;
+  mi.arena = mapped;                      /* bytes in small/medium regions */
+  mi.hblkhd = live_large;                 /* bytes in live large mappings */
+  mi.hblks = atomic_load_explicit(&hk_stats.large_allocs, memory_order_relaxed) -
+             atomic_load_explicit(&hk_stats.large_frees, memory_order_relaxed);
+  mi.uordblks = in_use + live_large;      /* bytes in pages in use + live large blocks */
+  mi.fordblks = (mapped > in_use ? mapped - in_use : 0) + cached;
+  return mi;
+}
+
+/* mallopt: hakmem is configured through HAKMEM_* variables; every request is
+ * accepted and has no effect, like glibc's answer for a known parameter. */
+HK_API int hak_mallopt(int param, int value) {
+  (void)param;
+  (void)value;
+  return 1;
 }

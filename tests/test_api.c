@@ -364,6 +364,20 @@ static void test_aligned_invalid(void) {
     CHECK(p == NULL, "aligned_alloc(alignment %zu) = %p, expected NULL (not a power of two)", bad_aa[i], p);
     CHECK(e == EINVAL, "aligned_alloc(alignment %zu): errno %d, expected EINVAL", bad_aa[i], e);
   }
+  /* memalign, as glibc: any alignment works, rounded up to a power of two */
+  static const size_t odd[] = {0, 1, 3, 5, 12, 24, 100, 4097};
+  for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+    size_t a = hkt_opaque(odd[i]), want = 1;
+    while (want < a) want <<= 1;
+    void *p = API(memalign)(a, 64);
+    CHECK(p != NULL, "memalign(alignment %zu, 64) failed (glibc rounds the alignment up)", a);
+    CHECK((uintptr_t)p % want == 0, "memalign(alignment %zu) = %p is not %zu-aligned", a, p, want);
+    memset(p, 0x5a, 64);
+    API(free)(p);
+  }
+  errno = 0;
+  CHECK(API(memalign)(hkt_opaque(SIZE_MAX / 2 + 2), 16) == NULL && errno == EINVAL,
+        "memalign(alignment 2^63 + 1): expected NULL/EINVAL");
   /* absurd alignments */
   size_t absurd[] = {(size_t)1 << 62, (size_t)1 << 63, (size_t)1 << 47};
   for (size_t i = 0; i < 3; i++) {
@@ -866,6 +880,20 @@ static void test_libc_extras(void) {
         "mallinfo2() values look uninitialised: arena %zu uordblks %zu fordblks %zu", mi.arena, mi.uordblks,
         mi.fordblks);
   for (int i = 0; i < N; i++) free(ps[i]);
+
+  /* a freed large block kept for reuse is free memory, not in use */
+  struct mallinfo2 before = mallinfo2();
+  void *big = malloc(5 * MiB);
+  CHECK(big != NULL, "malloc(5 MiB) failed");
+  memset(big, 1, 4096);
+  struct mallinfo2 live = mallinfo2();
+  CHECK(live.hblkhd >= before.hblkhd + 5 * MiB, "mallinfo2(): hblkhd %zu -> %zu with a live 5 MiB block",
+        before.hblkhd, live.hblkhd);
+  free(big);
+  struct mallinfo2 after = mallinfo2();
+  CHECK(after.hblkhd + 5 * MiB <= live.hblkhd && after.uordblks + 5 * MiB <= live.uordblks,
+        "mallinfo2() still counts a freed 5 MiB block as in use: hblkhd %zu -> %zu, uordblks %zu -> %zu",
+        live.hblkhd, after.hblkhd, live.uordblks, after.uordblks);
 
   int r = mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   CHECK(r == 0 || r == 1, "mallopt(M_MMAP_THRESHOLD) returned %d", r);

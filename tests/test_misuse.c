@@ -115,6 +115,14 @@ static void double_free_aligned_large(void) {
   API(free)(p);
   API(free)(hkt_opaque_ptr(p));
 }
+/* a block boundary in a page, but past the blocks carved so far: never
+ * handed out (3 KiB blocks are carved one 4 KiB step at a time) */
+static void free_never_allocated(void) {
+  char *p = (char *)API(malloc)(3000);
+  CHECK(p != NULL, "malloc failed");
+  size_t bs = API(malloc_usable_size)(p);
+  API(free)(hkt_opaque_ptr(p + 8 * bs));
+}
 static void realloc_stack(void) {
   char local[32];
   memset(local, 0, sizeof local);
@@ -197,6 +205,7 @@ static const mcase cases[] = {
     {"double free of an aligned_alloc(256) block", double_free_aligned},
     {"double free of an aligned_alloc(1 MiB) block", double_free_aligned_large},
     {"realloc of a stack address", realloc_stack},
+    {"free of a block never handed out", free_never_allocated},
     {"double free, first free by another thread", double_free_cross_thread},
     {"double free of an exited thread's block", double_free_remote},
     {"double free, both frees by other threads", double_free_two_remote},
