@@ -294,7 +294,7 @@ static void rescue_full(hk_heap *h) {
 }
 
 /* Called by free() when a page became empty, or when it received a block
- * while its free list was empty (it may be parked on the full list). */
+ * while parked on the full list. */
 void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
   unsigned cls = page->cls;
   if (page->in_full) {

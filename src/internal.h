@@ -128,7 +128,8 @@ typedef struct hk_page {
   uint64_t div_magic;        /* ceil(2^64 / block_size): divisibility test */
   _Atomic(struct hk_heap *) heap; /* owner; NULL while abandoned */
   uint32_t used;             /* blocks handed out and not yet returned to `free` */
-  uint32_t pad0;
+  uint8_t in_full;           /* owner's copy: page is on the full list */
+  uint8_t pad0[3];
   uint64_t div_limit;        /* div_magic - 1 */
   uintptr_t key;             /* this page's free-list encoding key */
   /* second cache line */
@@ -138,8 +139,7 @@ typedef struct hk_page {
   uint32_t pad2;
   _Atomic uintptr_t remote;  /* remote-free stack | state */
   struct hk_page *next, *prev; /* heap queue, full list or abandoned list */
-  uint8_t in_full;           /* owner's copy: page is on the full list */
-  uint8_t pad1[23];
+  uint8_t pad1[24];
 } hk_page;
 
 _Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
