@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 CMAKE ?= cmake
 
-.PHONY: all build test test-release test-asan test-tsan test-install install clean
+.PHONY: all build test test-release test-asan test-tsan test-install test-fuzz install clean
 
 all: build
 
@@ -33,6 +33,22 @@ test-tsan:
 test-install: build
 	sh tests/install_check.sh
 
+# libFuzzer on the hak_ API against a shadow model (tests/fuzz_api.c,
+# docs/SAFETY.md), for FUZZ_SECONDS. Needs clang and its libFuzzer runtime
+# (Debian: libclang-rt-dev). Seeds: tests/fuzz_corpus/; new corpus entries go
+# to build-fuzz/corpus/, crashing inputs to build-fuzz/artifacts/ (copy a
+# crash into tests/fuzz_corpus/ so it stays a regression test).
+FUZZ_SECONDS ?= 60
+FUZZ_FLAGS ?=
+test-fuzz:
+	$(CMAKE) -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHAKMEM_SANITIZE=fuzzer \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+	$(CMAKE) --build build-fuzz -j $(JOBS) --target fuzz_api
+	mkdir -p build-fuzz/corpus build-fuzz/artifacts
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 build-fuzz/tests/fuzz_api \
+	  -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 -print_final_stats=1 \
+	  -artifact_prefix=build-fuzz/artifacts/ $(FUZZ_FLAGS) build-fuzz/corpus tests/fuzz_corpus
+
 install: build
 	$(CMAKE) --install build --prefix $(PREFIX)
 
@@ -51,4 +67,4 @@ bench-callgrind: build
 	python3 bench/run.py --callgrind
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-fuzz

@@ -70,14 +70,18 @@ void *hk_realloc(void *p, size_t size) {
         hk_page_contains_free(page, (hk_block *)p))
       hk_fatal("realloc() of a freed block", p);
   }
+  /* The block stays where it is only if it is as aligned as malloc(size)
+   * would be: 16 bytes, unless size's class is an odd multiple of 8
+   * (24, 40, ... 120 B), whose blocks are 8-aligned. */
+  bool aligned_enough = ((uintptr_t)p & 15) == 0 || (size <= HK_SMALL_MAX && ((size + 7) >> 3) & 1);
   if (r->kind != HK_KIND_LARGE && hk_secure) {
     hk_page *page = hk_page_of(r, p);
     uint32_t bs = page->block_size;
-    if (size <= bs - HK_SECURE_EXTRA && size + HK_SECURE_EXTRA >= bs / 2) {
+    if (size <= bs - HK_SECURE_EXTRA && size + HK_SECURE_EXTRA >= bs / 2 && aligned_enough) {
       hk_secure_set_size(page, (hk_block *)p, size); /* new canary position */
       return p;
     }
-  } else if (r->kind != HK_KIND_LARGE && size <= usable && (size >= usable / 2 || usable <= 16)) {
+  } else if (r->kind != HK_KIND_LARGE && size <= usable && (size >= usable / 2 || usable <= 16) && aligned_enough) {
     return p; /* fits, and not wasting more than half */
   }
   void *q = hk_malloc_fast(size);
