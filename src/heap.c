@@ -139,6 +139,7 @@ static hk_heap *heap_new(void) {
   h->full = NULL;
   h->spare = NULL;
   h->spare_bytes = 0;
+  h->block_purge_ms = 0;
   h->pool_next = NULL;
   memset(&h->stats, 0, sizeof h->stats);
   hk_stat_add(heaps_created, 1);
@@ -326,6 +327,58 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
   hk_purger_poke();
 }
 
+/* ---- free medium blocks: their inside goes back to the OS ----
+ * A page keeps its span committed until every block is free, so a program
+ * that frees most of its large blocks but not all (fragmentation) would keep
+ * their memory. Every purge delay, the owner's slow path gives back the
+ * whole OS pages inside each free block of HK_PURGE_BLOCK_MIN or more: all
+ * but the first page, which holds the free-list link and, in the second
+ * word, a mark saying the block is purged (so it is not purged again while
+ * it stays free). A reused block faults its pages back in, zero-filled. */
+#define HK_PURGE_BLOCK_MIN (16u << 10)
+
+HK_INLINE uintptr_t purged_mark(const hk_page *page, const hk_block *b) {
+  return page->key ^ (uintptr_t)b ^ (uintptr_t)0x70757267656421ull;
+}
+
+static void purge_free_blocks(hk_page *page) {
+  uintptr_t key = page->key, start = page->start;
+  uint32_t bs = page->block_size, area = hk_page_area(page), n = 0;
+  uint64_t bytes = 0;
+  hk_block *b = page->free;
+  for (uint32_t i = 0; !hk_list_end(b); i++, b = hk_link_next(b, key)) {
+    if (HK_UNLIKELY(i >= page->capacity || (uintptr_t)b - start >= area))
+      hk_fatal("free list corrupted (write after free or heap overflow)", b);
+    uintptr_t *mark = &b->link + 1;
+    if (*mark == purged_mark(page, b)) continue;
+    uintptr_t lo = ((uintptr_t)(mark + 1) + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
+    uintptr_t hi = ((uintptr_t)b + bs) & ~(uintptr_t)(HK_OS_PAGE - 1);
+    if (hi > lo) {
+      hk_os_purge((void *)lo, hi - lo);
+      bytes += hi - lo;
+      n++;
+    }
+    *mark = purged_mark(page, b);
+  }
+  if (n) {
+    hk_stat_add(blocks_purged, n);
+    hk_stat_add(block_purge_bytes, bytes);
+  }
+}
+
+/* At most once per purge delay (or now, with force). Not in hardened mode
+ * 2, where a free block must stay all zero. */
+static void purge_blocks(hk_heap *h, bool force) {
+  if (hk_secure_zero) return;
+  uint64_t now = hk_os_now_ms();
+  if (!force && now < h->block_purge_ms) return;
+  h->block_purge_ms = now + (uint64_t)hk_opt.purge_delay_ms;
+  for (unsigned c = 0; c < HK_NCLASSES; c++) {
+    if (hk_class_size[c] < HK_PURGE_BLOCK_MIN) continue;
+    for (hk_page *p = h->queues[c].first; p != NULL; p = p->next) purge_free_blocks(p);
+  }
+}
+
 /* ---- the malloc slow path ---- */
 
 static hk_page *fresh_page(hk_heap *h, unsigned cls) {
@@ -344,6 +397,7 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls) {
 /* Find a page of class cls with a free block and make it current. */
 static hk_page *find_page(hk_heap *h, unsigned cls) {
   if (atomic_load_explicit(&h->remote_hint, memory_order_acquire)) rescue_full(h);
+  purge_blocks(h, false);
   hk_page_queue *q = &h->queues[cls];
   for (int attempt = 0; attempt < 4; attempt++) {
     hk_page *next;
@@ -425,6 +479,7 @@ void *hk_alloc_class(size_t size, unsigned cls) {
 /* Collect remote frees and give back empty pages (malloc_trim, thread exit). */
 void hk_heap_collect(hk_heap *h, bool release_all) {
   rescue_full(h);
+  purge_blocks(h, true);
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
     hk_page *next;
     for (hk_page *p = h->queues[c].first; p != NULL; p = next) {

@@ -235,6 +235,7 @@ typedef struct hk_heap {
   hk_page *full;                  /* parked full pages (doubly linked) */
   hk_page *spare;                 /* empty spans kept for reuse by any class (singly linked) */
   uint32_t spare_bytes;
+  uint64_t block_purge_ms;        /* next pass over free medium blocks (purge_free_blocks) */
   struct hk_heap *pool_next;      /* free heap pool */
   hk_heap_stats stats;
 } hk_heap;
@@ -306,6 +307,7 @@ typedef struct hk_stats {
   _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
   _Atomic uint64_t large_unmaps, large_remaps;
   _Atomic uint64_t heaps_created, threads_exited;
+  _Atomic uint64_t blocks_purged, block_purge_bytes;
 } hk_stats_t;
 extern hk_stats_t hk_stats;
 #define hk_stat_add(field, n) atomic_fetch_add_explicit(&hk_stats.field, (n), memory_order_relaxed)

@@ -58,6 +58,8 @@ void hk_stats_print(void) {
   line("slabs peak", LOAD(slabs_peak), "x 64 KiB");
   line("slabs purged", LOAD(slabs_purged), "x 64 KiB");
   line("purge calls (madvise)", LOAD(purge_calls), NULL);
+  line("free medium blocks purged (madvise)", LOAD(blocks_purged), NULL);
+  line("bytes purged inside free medium blocks", LOAD(block_purge_bytes), "B");
   line("pages acquired (this+exited threads)", t.pages_acquired, NULL);
   line("pages released", t.pages_released, NULL);
   line("pages adopted from exited threads", t.pages_adopted, NULL);

@@ -837,6 +837,53 @@ static void test_trim_releases(void) {
         (double)before / (double)MiB, (double)after / (double)MiB, (double)total / (double)MiB);
 }
 
+/* Most medium blocks freed, but one in every span kept live, so no span is
+ * empty: malloc_trim must still give back the inside of the free blocks,
+ * keep the live ones intact, and blocks handed out again must work (calloc
+ * zero, contents kept). */
+static void test_trim_inside_spans(void) {
+  enum { N = 2048 };
+  static blk bs[N];
+  size_t total = 0;
+  for (int i = 0; i < N; i++) {
+    bs[i] = do_malloc(48 * KiB); /* 4 blocks per 3-slab span, filled in order */
+    total += bs[i].req;
+  }
+  size_t before = rss_bytes();
+  size_t freed = 0;
+  for (int i = 0; i < N; i++)
+    if (i % 4 != 0) {
+      verify_blk(&bs[i], "before free");
+      freed += bs[i].req;
+      API(free)(bs[i].p);
+      bs[i].p = NULL;
+    }
+  int r = API(malloc_trim)(0);
+  size_t after = rss_bytes();
+  printf(" [%zu of %zu MiB freed, one block per span live: RSS %.1f -> %.1f MiB, trim returned %d]", freed / MiB,
+         total / MiB, (double)before / (double)MiB, (double)after / (double)MiB, r);
+  CHECK(after + freed / 2 < before, "RSS only dropped from %.1f to %.1f MiB after freeing %.1f MiB and malloc_trim(0)",
+        (double)before / (double)MiB, (double)after / (double)MiB, (double)freed / (double)MiB);
+  for (int i = 0; i < N; i += 4) verify_blk(&bs[i], "live block after malloc_trim");
+  for (int i = 0; i < N; i++)
+    if (bs[i].p == NULL) {
+      size_t n = 48 * KiB;
+      if (i % 2) {
+        bs[i] = do_malloc(n);
+      } else {
+        char *z = (char *)API(calloc)(1, n);
+        CHECK(z != NULL, "calloc(%zu) failed", n);
+        check_zero(z, n, "calloc of a purged block");
+        API(free)(z);
+        bs[i] = do_malloc(n);
+      }
+    }
+  for (int i = 0; i < N; i++) {
+    verify_blk(&bs[i], "after reuse");
+    API(free)(bs[i].p);
+  }
+}
+
 static void test_free_sized(void) {
 #ifndef HAK_API_PREFIX
   CHECK(free_sized != NULL, "the library does not export free_sized");
@@ -1004,6 +1051,7 @@ int main(void) {
   RUN(test_free_errno);
   RUN(test_trim);
   RUN(test_trim_releases);
+  RUN(test_trim_inside_spans);
   RUN(test_free_sized);
 #ifndef HAK_API_PREFIX
   RUN(test_libc_extras);
