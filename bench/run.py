@@ -86,6 +86,21 @@ BENCHMARKS = [
     Bench("thread_scaling_8", ["thread_scaling", "8", "10000000"], what="small churn, 8 threads"),
 ]
 
+
+def scaling_benchmarks(threads):
+    """--scaling: the multi-threaded server-like benchmarks at each thread count
+    (fixed work per thread, so ideal throughput grows with the threads up to
+    the number of cores)."""
+    out = []
+    for t in threads:
+        out.append(Bench(f"larson_{t}t", ["larson", str(t), "1s", "2000", "2000", "1"],
+                         what=f"larson for 1 s, {t} threads"))
+    for t in threads:
+        out.append(Bench(f"mid_large_mt_{t}t", ["mid_large_mt", str(t), "2000000", "256"],
+                         what=f"mid_large_mt, {t} threads x 2M cycles"))
+    return out
+
+
 # (name, soname, Debian package)
 PEERS = [
     ("mimalloc", "libmimalloc.so.2", "libmimalloc2.0"),
@@ -641,6 +656,9 @@ def main():
     ap.add_argument("--out", help="output directory (default bench/results in the source tree, "
                     "else ./hakmem-bench-results)")
     ap.add_argument("--callgrind", action="store_true", help="instructions per malloc+free pair with callgrind")
+    ap.add_argument("--scaling", action="store_true",
+                    help="thread scaling: larson and mid_large_mt at each of --threads (for many-core machines)")
+    ap.add_argument("--threads", default="1,2,4,8,16", help="thread counts for --scaling (default 1,2,4,8,16)")
     ap.add_argument("--hakmem", help="libhakmem.so to test (default build/libhakmem.so or $HAKMEM_LIB)")
     ap.add_argument("--bin-dir", help="directory of the benchmark programs (default build/bench)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds before a run is killed (default 300)")
@@ -665,7 +683,9 @@ def main():
 
     args.only_names = [n for s in args.only for n in s.split(",") if n]
     benches = [b for b in BENCHMARKS if (b.quick if args.quick else b.full)]
-    if args.only_names:
+    if args.scaling:
+        benches = scaling_benchmarks([int(t) for t in args.threads.split(",") if t])
+    elif args.only_names:
         known = {b.name for b in BENCHMARKS} | {"fixed", "thread_scaling"}
         bad = [n for n in args.only_names if n not in known]
         if bad:
@@ -681,7 +701,7 @@ def main():
         for b in benches:
             b.quick = b.quick or b.full
 
-    mode = "quick" if args.quick else "full"
+    mode = "scaling" if args.scaling else "quick" if args.quick else "full"
     meta = machine_meta(args, mode)
     meta["versions"] = versions
     log(f"hakmem benchmarks ({mode}): {len(benches)} benchmarks x {len(allocs)} allocators "
