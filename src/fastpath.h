@@ -14,15 +14,14 @@
 
 HK_INLINE void *hk_malloc_fast(size_t size) {
   hk_heap *heap = hk_tls_heap;
-  unsigned cls;
+  hk_page *page;
   if (HK_LIKELY(size <= HK_LUT_MAX)) {
-    cls = hk_class_lut[(size + 7) >> 3];
+    page = heap->by_size[(size + 7) >> 3];
   } else if (HK_LIKELY(size <= HK_MEDIUM_MAX)) {
-    cls = hk_size_class(size);
+    page = heap->direct[hk_size_class(size)];
   } else {
-    return hk_malloc_slow(heap, size, HK_NCLASSES);
+    return hk_malloc_slow(heap, size);
   }
-  hk_page *page = heap->direct[cls];
   hk_block *b = page->free;
   if (HK_LIKELY(!hk_list_end(b))) {
     page->free = hk_link_next(b, page->key);
@@ -30,7 +29,7 @@ HK_INLINE void *hk_malloc_fast(size_t size) {
     page->used++;
     return b;
   }
-  return hk_malloc_slow(heap, size, cls);
+  return hk_malloc_slow(heap, size);
 }
 
 HK_INLINE void hk_free_fast(void *p) {

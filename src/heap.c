@@ -14,7 +14,8 @@
 #include <string.h>
 
 hk_page hk_page_empty;
-hk_heap hk_heap_empty = {.direct = {[0 ... HK_NCLASSES - 1] = &hk_page_empty}};
+hk_heap hk_heap_empty = {.by_size = {[0 ... HK_LUT_SLOTS - 1] = &hk_page_empty},
+                         .direct = {[0 ... HK_NCLASSES - 1] = &hk_page_empty}};
 __thread hk_heap *hk_tls_heap __attribute__((tls_model("initial-exec"))) = &hk_heap_empty;
 
 pthread_mutex_t hk_heap_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -58,9 +59,15 @@ static void full_remove(hk_heap *h, hk_page *p) {
 /* The current page is the first of the class queue; direct[] exposes it to
  * the malloc fast path. In hardened mode direct[] stays empty so every
  * malloc takes the slow path, where the checks are. */
+static void set_direct(hk_heap *h, unsigned cls, hk_page *page) {
+  h->direct[cls] = page;
+  /* the lookup table's slots of this class are consecutive */
+  for (unsigned i = hk_class_lut_first[cls]; i < HK_LUT_SLOTS && hk_class_lut[i] == cls; i++) h->by_size[i] = page;
+}
+
 static void set_current(hk_heap *h, unsigned cls) {
   hk_page *first = h->queues[cls].first;
-  h->direct[cls] = first && !hk_secure ? first : &hk_page_empty;
+  set_direct(h, cls, first && !hk_secure ? first : &hk_page_empty);
 }
 
 static void release_page(hk_heap *h, hk_page *page) {
@@ -132,7 +139,7 @@ static hk_heap *heap_new(void) {
   pthread_mutex_unlock(&hk_heap_lock);
   if (h == NULL) return NULL;
   memset(h, 0, offsetof(hk_heap, remote_hint));
-  for (unsigned c = 0; c < HK_NCLASSES; c++) h->direct[c] = &hk_page_empty;
+  for (unsigned c = 0; c < HK_NCLASSES; c++) set_direct(h, c, &hk_page_empty);
   atomic_store_explicit(&h->remote_hint, 0, memory_order_relaxed);
   h->fresh_count = 0;
   memset(h->queues, 0, sizeof h->queues);
@@ -187,7 +194,7 @@ static void heap_abandon(hk_heap *h) {
       queue_remove(&h->queues[c], p);
       abandon_page(h, p);
     }
-    h->direct[c] = &hk_page_empty;
+    set_direct(h, c, &hk_page_empty);
   }
   hk_page *p;
   while ((p = h->full) != NULL) {
@@ -449,9 +456,9 @@ static void *alloc_in_class(hk_heap *h, size_t size, unsigned cls) {
   return b;
 }
 
-/* From the fast path: cls is size's class (computed from the lookup table,
- * which is empty before initialisation; hence the recomputation). */
-void *hk_malloc_slow(hk_heap *h, size_t size, unsigned cls) {
+/* From the fast path (the class is computed here: the lookup table is empty
+ * before initialisation). */
+void *hk_malloc_slow(hk_heap *h, size_t size) {
   if (h == &hk_heap_empty) {
     h = hk_heap_get();
     if (h == NULL) {
@@ -461,7 +468,7 @@ void *hk_malloc_slow(hk_heap *h, size_t size, unsigned cls) {
   }
   /* hardened: the class must also hold the canary and the trailer */
   size_t need = hk_secure ? size + HK_SECURE_EXTRA : size;
-  cls = need <= HK_MEDIUM_MAX && need >= size ? hk_size_class(need) : HK_NCLASSES;
+  unsigned cls = need <= HK_MEDIUM_MAX && need >= size ? hk_size_class(need) : HK_NCLASSES;
   if (cls >= HK_NCLASSES) return hk_large_alloc(size, 16, false);
   return alloc_in_class(h, size, cls);
 }

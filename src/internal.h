@@ -60,6 +60,7 @@
 extern uint32_t hk_class_size[HK_NCLASSES];
 extern uint8_t hk_class_slabs[HK_NCLASSES];
 extern uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
+extern uint8_t hk_class_lut_first[HK_NCLASSES];
 
 HK_INLINE unsigned hk_size_class(size_t size) {
   if (HK_LIKELY(size <= HK_LUT_MAX)) return hk_class_lut[(size + 7) >> 3];
@@ -120,9 +121,9 @@ typedef struct hk_page {
    * whose slot holds the region header instead (see hk_region) */
   _Atomic uint32_t area;     /* capacity * block_size: the carved blocks; 0 = none, or not a live page.
                                 grows while other threads may read it (relaxed: a plain load) */
-  uint8_t back;              /* in a span's later slabs: distance to the head slab */
+  uint16_t back;             /* in a span's later slabs: bytes back to the head slab's hk_page */
   uint8_t nslabs;            /* in a head slab: span length */
-  uint16_t cls;
+  uint8_t cls;
   hk_block *free;            /* owner's free list */
   uintptr_t start;           /* first block */
   uint64_t div_magic;        /* ceil(2^64 / block_size): divisibility test */
@@ -188,10 +189,10 @@ _Static_assert(offsetof(hk_region, cached_at_ms) + 8 <= sizeof(hk_page), "region
 extern _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
 
 HK_INLINE bool hk_region_is_ours(uintptr_t p) {
-  uintptr_t idx = p >> HK_REGION_SHIFT;
-  if (HK_UNLIKELY(idx >> HK_MAP_BITS)) return false;
-  uint64_t w = atomic_load_explicit(&hk_region_map[idx >> 6], memory_order_relaxed);
-  return (w >> (idx & 63)) & 1;
+  uintptr_t word = p >> (HK_REGION_SHIFT + 6);
+  if (HK_UNLIKELY(word >= ((uintptr_t)1 << (HK_MAP_BITS - 6)))) return false;
+  uint64_t w = atomic_load_explicit(&hk_region_map[word], memory_order_relaxed);
+  return (w >> ((p >> HK_REGION_SHIFT) & 63)) & 1;
 }
 
 HK_INLINE hk_region *hk_region_of(const void *p) {
@@ -204,7 +205,7 @@ HK_INLINE hk_page *hk_page_of(hk_region *r, const void *p) {
   /* slab index * 128 in two instructions: shift, mask */
   uintptr_t off = ((uintptr_t)p >> (HK_SLAB_SHIFT - HK_PAGE_SHIFT)) & ((uintptr_t)(HK_SLABS - 1) << HK_PAGE_SHIFT);
   hk_page *meta = (hk_page *)((char *)r + off);
-  return (hk_page *)((char *)meta - ((uintptr_t)meta->back << HK_PAGE_SHIFT));
+  return (hk_page *)((char *)meta - meta->back);
 }
 
 HK_INLINE uint32_t hk_page_area(const hk_page *page) {
@@ -227,7 +228,10 @@ typedef struct hk_heap_stats {
   uint64_t pages_acquired, pages_released, remote_frees, pages_adopted;
 } hk_heap_stats;
 
+#define HK_LUT_SLOTS ((HK_LUT_MAX + 7) / 8 + 1)
 typedef struct hk_heap {
+  hk_page *by_size[HK_LUT_SLOTS]; /* = direct[hk_class_lut[(size + 7) >> 3]]: malloc's
+                                     first load for sizes up to 1 KiB, without the table */
   hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
   _Atomic uint32_t remote_hint;   /* a full page received a remote free */
   uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
@@ -348,7 +352,7 @@ bool hk_page_contains_free(hk_page *page, hk_block *b);
 void hk_page_remote_free(hk_page *page, hk_block *b);
 
 /* ---- heap.c ---- */
-void *hk_malloc_slow(hk_heap *heap, size_t size, unsigned cls);
+void *hk_malloc_slow(hk_heap *heap, size_t size);
 hk_heap *hk_heap_get(void);                       /* this thread's heap, created if needed */
 void hk_heap_page_emptied(hk_heap *heap, hk_page *page);
 void hk_heap_collect(hk_heap *heap, bool release_all);

@@ -37,7 +37,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->div_magic = UINT64_MAX / bs + 1;
   page->div_limit = page->div_magic - 1;
   page->key = page_key(page);
-  page->cls = (uint16_t)cls;
+  page->cls = (uint8_t)cls;
   page->free = (hk_block *)r; /* empty list: ends at the region base */
   page->used = 0;
   page->capacity = 0;

@@ -180,7 +180,7 @@ hk_page *hk_region_alloc_span(unsigned n) {
   hk_page *page = &best->pages[i];
   memset(page, 0, n * sizeof(hk_page));
   page->nslabs = (uint8_t)n;
-  for (unsigned k = 1; k < n; k++) page[k].back = (uint8_t)k;
+  for (unsigned k = 1; k < n; k++) page[k].back = (uint16_t)(k * sizeof(hk_page));
   hk_stat_peak(&hk_stats.slabs_peak, hk_stat_add(slabs_in_use, n) + n);
   pthread_mutex_unlock(&hk_region_lock);
   return page;

@@ -9,6 +9,7 @@
 uint32_t hk_class_size[HK_NCLASSES];
 uint8_t hk_class_slabs[HK_NCLASSES];
 uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
+uint8_t hk_class_lut_first[HK_NCLASSES]; /* first slot of hk_class_lut holding each class */
 
 static unsigned span_for(uint32_t bs) {
   if (bs <= 8192) return 1;
@@ -48,4 +49,6 @@ void hk_sizeclass_init(void) {
     while (hk_class_size[c] < size) c++;
     hk_class_lut[i] = (uint8_t)c;
   }
+  for (unsigned c = 0; c < HK_NCLASSES; c++) hk_class_lut_first[c] = sizeof(hk_class_lut) - 1;
+  for (size_t i = sizeof(hk_class_lut); i-- > 0;) hk_class_lut_first[hk_class_lut[i]] = (uint8_t)i;
 }
