@@ -8,6 +8,8 @@
 
 static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
+#define HK_REALLOC_ROOM_MIN ((size_t)4 << 10)
+
 void *hk_calloc(size_t n, size_t size) {
   size_t total;
   if (__builtin_mul_overflow(n, size, &total)) {
@@ -84,7 +86,15 @@ void *hk_realloc(void *p, size_t size) {
   } else if (r->kind != HK_KIND_LARGE && size <= usable && (size >= usable / 2 || usable <= 16) && aligned_enough) {
     return p; /* fits, and not wasting more than half */
   }
-  void *q = hk_malloc_fast(size);
+  /* A block that grows is likely to grow again: give it room for another
+   * quarter, so the next steps of a buffer growing by small amounts stay in
+   * place instead of moving through every size class. */
+  size_t want = size;
+  if (size > usable && size >= HK_REALLOC_ROOM_MIN && size <= HK_MEDIUM_MAX) {
+    want = size + size / 4;
+    if (want > HK_MEDIUM_MAX) want = HK_MEDIUM_MAX;
+  }
+  void *q = hk_malloc_fast(want);
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   memcpy(q, p, size < usable ? size : usable);
   hk_free_fast(p);
