@@ -58,19 +58,21 @@ void *hk_realloc(void *p, size_t size) {
     hk_free_fast(p);
     return NULL;
   }
-  size_t usable = hk_block_size(p, "realloc()"); /* also validates p */
   hk_region *r = hk_region_lookup(p);
-  if (r->kind == HK_KIND_LARGE) {
-    if (size > HK_MEDIUM_MAX || size >= usable / 2) {
-      void *q = hk_large_realloc(r, p, size);
-      if (q != NULL) return q;
-    }
-  } else {
+  if (r != NULL && r->kind != HK_KIND_LARGE) {
+    /* a freed block first: its size (hardened mode: the trailer) is gone */
     hk_page *page = hk_page_of(r, p);
-    if (hk_looks_free((hk_block *)p, page->key) &&
+    uintptr_t off = (uintptr_t)p - page->start;
+    if (off < hk_page_area(page) && hk_is_block_start(page, (uint32_t)off) &&
+        hk_looks_free((hk_block *)p, page->key) &&
         atomic_load_explicit(&page->heap, memory_order_relaxed) == hk_owner_tag(hk_tls_heap) &&
         hk_page_contains_free(page, (hk_block *)p))
       hk_fatal("realloc() of a freed block", p);
+  }
+  size_t usable = hk_block_size(p, "realloc()"); /* also validates p */
+  if (r->kind == HK_KIND_LARGE && (size > HK_MEDIUM_MAX || size >= usable / 2)) {
+    void *q = hk_large_realloc(r, p, size);
+    if (q != NULL) return q;
   }
   /* The block stays where it is only if it is as aligned as malloc(size)
    * would be: 16 bytes, unless size's class is an odd multiple of 8

@@ -46,10 +46,16 @@ static size_t canary_len(uint32_t bs, size_t size) {
 void hk_secure_set_size(hk_page *page, hk_block *b, size_t size) {
   char *p = (char *)b;
   uint32_t bs = page->block_size;
-  size_t len = canary_len(bs, size), i = 0;
+  size_t len = canary_len(bs, size);
   uint64_t word = 0x0101010101010101ull * canary_byte(page, b);
-  for (; i + 8 <= len; i += 8) memcpy(p + size + i, &word, 8);
-  for (; i < len; i++) p[size + i] = (char)word;
+  /* the canary is one byte repeated, so any 8-byte window of it is `word`:
+   * whole words, the last one overlapping the one before */
+  if (len >= 8) {
+    for (size_t i = 0; i + 8 < len; i += 8) memcpy(p + size + i, &word, 8);
+    memcpy(p + size + len - 8, &word, 8);
+  } else {
+    memset(p + size, (int)(word & 0xff), len);
+  }
   uintptr_t t = (uintptr_t)size ^ trailer_code(page, b);
   memcpy(p + bs - 8, &t, sizeof t);
 }
@@ -67,14 +73,19 @@ size_t hk_secure_size(hk_page *page, hk_block *b) {
 void hk_secure_check_free(hk_page *page, hk_block *b) {
   size_t size = hk_secure_size(page, b);
   const unsigned char *p = (const unsigned char *)b + size;
-  size_t len = canary_len(page->block_size, size), i = 0;
+  size_t len = canary_len(page->block_size, size);
   uint64_t word = 0x0101010101010101ull * canary_byte(page, b), w;
   bool bad = false;
-  for (; i + 8 <= len; i += 8) {
-    memcpy(&w, p + i, 8);
+  if (len >= 8) { /* whole words, the last one overlapping (see hk_secure_set_size) */
+    for (size_t i = 0; i + 8 < len; i += 8) {
+      memcpy(&w, p + i, 8);
+      bad |= w != word;
+    }
+    memcpy(&w, p + len - 8, 8);
     bad |= w != word;
+  } else {
+    for (size_t i = 0; i < len; i++) bad |= p[i] != (unsigned char)word;
   }
-  for (; i < len; i++) bad |= p[i] != (unsigned char)word;
   if (bad) hk_fatal("heap buffer overflow detected (canary after the block overwritten)", p);
   if (hk_secure_zero) memset(b, 0, page->block_size);
 }

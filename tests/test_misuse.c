@@ -8,6 +8,7 @@
 #include "api.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -183,35 +184,97 @@ static void double_free_two_remote(void) {
   pthread_join(t, NULL);
 }
 
+/* ---- cases only hardened mode detects (docs/SAFETY.md) ---- */
+/* one byte after the request, canary shorter than a word (class of 24+9 B: 40 B) */
+static void overflow_1_byte_short_canary(void) {
+  char *p = (char *)API(malloc)(24);
+  CHECK(p != NULL, "malloc failed");
+  p[hkt_opaque(24)] = 'x';
+  API(free)(p);
+}
+/* one byte after the request, canary of whole words (class of 200+9 B: 224 B) */
+static void overflow_1_byte(void) {
+  char *p = (char *)API(malloc)(200);
+  CHECK(p != NULL, "malloc failed");
+  p[hkt_opaque(200)] = 'x';
+  API(free)(p);
+}
+/* a write at the end of the canary (bytes 200..231 after a 200-byte request) */
+static void overflow_far(void) {
+  char *p = (char *)API(malloc)(200);
+  CHECK(p != NULL, "malloc failed");
+  p[hkt_opaque(207)] = 0;
+  API(free)(p);
+}
+/* a freed block written, then handed out again (LIFO: the same block) */
+static void write_after_free(void) {
+  char *p = (char *)API(malloc)(64);
+  CHECK(p != NULL, "malloc failed");
+  API(free)(p);
+  p[hkt_opaque(20)] = 1;
+  void *q = API(malloc)(64);
+  (void)q;
+}
+/* a write just past a large block lands on its guard page */
+static void overflow_large_guard(void) {
+  size_t n = 4 * MiB;
+  char *p = (char *)API(malloc)(n);
+  CHECK(p != NULL, "malloc failed");
+  p[hkt_opaque(n)] = 1;
+  API(free)(p);
+}
+
+/* level: the HAKMEM_SECURE level from which the case is detected (0: every
+ * mode); below it the misuse goes unseen, as docs/SAFETY.md says, and the
+ * child must simply exit (a guard-page case is skipped: without the guard
+ * the stray write's outcome is undefined). sig: the expected signal; msg:
+ * text the report must contain (NULL: only "hakmem"; a guard page fault
+ * prints nothing). */
 typedef struct mcase {
   const char *name;
   void (*fn)(void);
+  int level, sig;
+  const char *msg;
 } mcase;
 
 static const mcase cases[] = {
-    {"free of a stack address", free_stack},
-    {"free of a global", free_global},
-    {"free of a pointer into the middle of a 64-byte block", free_interior},
-    {"free of a misaligned pointer (p+1)", free_misaligned},
-    {"double free of a small block", double_free_small},
-    {"double free of a small block after other frees", double_free_small_later},
-    {"double free of a 200 KiB block", double_free_medium},
-    {"double free of a 4 MiB block", double_free_large},
-    {"realloc of a freed small block", realloc_freed},
-    {"free of a pointer from mmap()", free_mmap},
-    {"free of a 2 MiB-aligned mmap() pointer", free_mmap_2mib_aligned},
-    {"free of a pointer into the middle of a 4 MiB block", free_interior_large},
-    {"free of a pointer into the middle of a 200 KiB block", free_interior_medium},
-    {"double free of an aligned_alloc(256) block", double_free_aligned},
-    {"double free of an aligned_alloc(1 MiB) block", double_free_aligned_large},
-    {"realloc of a stack address", realloc_stack},
-    {"free of a block never handed out", free_never_allocated},
-    {"double free, first free by another thread", double_free_cross_thread},
-    {"double free of an exited thread's block", double_free_remote},
-    {"double free, both frees by other threads", double_free_two_remote},
+    {"free of a stack address", free_stack, 0, SIGABRT, NULL},
+    {"free of a global", free_global, 0, SIGABRT, NULL},
+    {"free of a pointer into the middle of a 64-byte block", free_interior, 0, SIGABRT, NULL},
+    {"free of a misaligned pointer (p+1)", free_misaligned, 0, SIGABRT, NULL},
+    {"double free of a small block", double_free_small, 0, SIGABRT, NULL},
+    {"double free of a small block after other frees", double_free_small_later, 0, SIGABRT, NULL},
+    {"double free of a 200 KiB block", double_free_medium, 0, SIGABRT, NULL},
+    {"double free of a 4 MiB block", double_free_large, 0, SIGABRT, NULL},
+    {"realloc of a freed small block", realloc_freed, 0, SIGABRT, NULL},
+    {"free of a pointer from mmap()", free_mmap, 0, SIGABRT, NULL},
+    {"free of a 2 MiB-aligned mmap() pointer", free_mmap_2mib_aligned, 0, SIGABRT, NULL},
+    {"free of a pointer into the middle of a 4 MiB block", free_interior_large, 0, SIGABRT, NULL},
+    {"free of a pointer into the middle of a 200 KiB block", free_interior_medium, 0, SIGABRT, NULL},
+    {"double free of an aligned_alloc(256) block", double_free_aligned, 0, SIGABRT, NULL},
+    {"double free of an aligned_alloc(1 MiB) block", double_free_aligned_large, 0, SIGABRT, NULL},
+    {"realloc of a stack address", realloc_stack, 0, SIGABRT, NULL},
+    {"free of a block never handed out", free_never_allocated, 0, SIGABRT, NULL},
+    {"1-byte overflow of a 24-byte block (canary < 8 bytes)", overflow_1_byte_short_canary, 1, SIGABRT, "heap buffer overflow"},
+    {"1-byte overflow of a 200-byte block", overflow_1_byte, 1, SIGABRT, "heap buffer overflow"},
+    {"write 7 bytes past a 200-byte block", overflow_far, 1, SIGABRT, "heap buffer overflow"},
+    {"write after free, then malloc", write_after_free, 2, SIGABRT, "write after free"},
+    {"write past the end of a 4 MiB block", overflow_large_guard, 1, SIGSEGV, NULL},
+    {"double free, first free by another thread", double_free_cross_thread, 0, SIGABRT, NULL},
+    {"double free of an exited thread's block", double_free_remote, 0, SIGABRT, NULL},
+    {"double free, both frees by other threads", double_free_two_remote, 0, SIGABRT, NULL},
 };
 
+static int secure_level;
+
 static int run_case(const mcase *c) {
+  int sig = c->sig ? c->sig : SIGABRT;
+  bool expect = secure_level >= c->level;
+  if (!expect && sig == SIGSEGV) {
+    /* without the guard page the write lands wherever it lands */
+    printf("ok: %s -> skipped at HAKMEM_SECURE=%d (guard pages from %d)\n", c->name, secure_level, c->level);
+    return 1;
+  }
   int errp[2];
   CHECK(pipe(errp) == 0, "pipe: %s", strerror(errno));
   fflush(stdout);
@@ -249,13 +312,28 @@ static int run_case(const mcase *c) {
   /* strip a trailing newline for printing */
   while (len > 0 && buf[len - 1] == '\n') buf[--len] = 0;
   int ok = 1;
-  if (WIFEXITED(st)) {
+  if (!expect) {
+    /* below its mode: must not be reported, and must not crash hakmem */
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+      printf("ok: %s -> not detected at HAKMEM_SECURE=%d (detected from %d)\n", c->name, secure_level, c->level);
+    } else {
+      fprintf(stderr, "FAIL: %s: at HAKMEM_SECURE=%d the child should run on, but %s %d; its stderr: %s\n", c->name,
+              secure_level, WIFEXITED(st) ? "exited with" : "died of signal",
+              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), len ? buf : "(empty)");
+      ok = 0;
+    }
+  } else if (WIFEXITED(st)) {
     fprintf(stderr, "FAIL: %s: not detected (child exited with status %d)%s%s\n", c->name, WEXITSTATUS(st),
             len ? "; its stderr: " : "", buf);
     ok = 0;
-  } else if (WIFSIGNALED(st) && WTERMSIG(st) != SIGABRT) {
-    fprintf(stderr, "FAIL: %s: child died of signal %d (%s), expected SIGABRT; its stderr: %s\n", c->name,
-            WTERMSIG(st), strsignal(WTERMSIG(st)), len ? buf : "(empty)");
+  } else if (WIFSIGNALED(st) && WTERMSIG(st) != sig) {
+    fprintf(stderr, "FAIL: %s: child died of signal %d (%s), expected %s; its stderr: %s\n", c->name,
+            WTERMSIG(st), strsignal(WTERMSIG(st)), strsignal(sig), len ? buf : "(empty)");
+    ok = 0;
+  } else if (sig == SIGSEGV && c->msg == NULL) {
+    printf("ok: %s -> %s (guard page)\n", c->name, strsignal(sig));
+  } else if (c->msg != NULL && strstr(buf, c->msg) == NULL) {
+    fprintf(stderr, "FAIL: %s: aborted, but stderr does not say \"%s\": %s\n", c->name, c->msg, len ? buf : "(empty)");
     ok = 0;
   } else if (strstr(buf, "hakmem") == NULL) {
     fprintf(stderr, "FAIL: %s: aborted, but stderr does not mention hakmem: %s\n", c->name, len ? buf : "(empty)");
@@ -267,7 +345,12 @@ static int run_case(const mcase *c) {
 }
 
 int main(void) {
-  printf("test_misuse [%s]\n", API_MODE);
+  const char *env = getenv("HAKMEM_SECURE");
+  secure_level = env ? atoi(env) : 0;
+#ifdef HAKMEM_TEST_SECURE_DEFAULT
+  if (!env) secure_level = 1;
+#endif
+  printf("test_misuse [%s, HAKMEM_SECURE=%d]\n", API_MODE, secure_level);
   int failed = 0;
   size_t n = sizeof cases / sizeof cases[0];
   for (size_t i = 0; i < n; i++) failed += !run_case(&cases[i]);
