@@ -401,24 +401,35 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls) {
   return page;
 }
 
-/* Find a page of class cls with a free block and make it current. */
+static hk_page *make_current(hk_heap *h, unsigned cls, hk_page *p) {
+  hk_page_queue *q = &h->queues[cls];
+  if (p != q->first) {
+    queue_remove(q, p);
+    queue_push_front(q, p);
+  }
+  set_current(h, cls);
+  return p;
+}
+
+/* Find a page of class cls with a free block and make it current. Memory
+ * already handed out comes first: blocks freed into any page of the queue
+ * (locally or remotely), then pages of exited threads; only then are new
+ * blocks carved, and a new page taken last. */
 static hk_page *find_page(hk_heap *h, unsigned cls) {
   if (atomic_load_explicit(&h->remote_hint, memory_order_acquire)) rescue_full(h);
   purge_blocks(h, false);
   hk_page_queue *q = &h->queues[cls];
+  hk_page *carvable = NULL;
   for (int attempt = 0; attempt < 4; attempt++) {
     hk_page *next;
     for (hk_page *p = q->first; p != NULL; p = next) {
       next = p->next;
       if (hk_list_end(p->free) && (atomic_load_explicit(&p->remote, memory_order_relaxed) & ~HK_REMOTE_STATE_MASK))
         hk_page_collect(p, HK_PAGE_NORMAL);
-      if (!hk_list_end(p->free) || hk_page_extend(p)) {
-        if (p != q->first) {
-          queue_remove(q, p);
-          queue_push_front(q, p);
-        }
-        set_current(h, cls);
-        return p;
+      if (!hk_list_end(p->free)) return make_current(h, cls, p);
+      if (p->capacity < p->reserved) {
+        if (carvable == NULL) carvable = p;
+        continue;
       }
       if (!park_full(h, p)) hk_page_collect(p, HK_PAGE_NORMAL), next = p; /* retry it */
     }
@@ -426,6 +437,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     if (p == NULL) break;
     queue_push_front(q, p);
   }
+  if (carvable != NULL && hk_page_extend(carvable)) return make_current(h, cls, carvable);
   hk_abandoned_sweep();
   hk_page *p = fresh_page(h, cls);
   if (p == NULL) {
