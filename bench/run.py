@@ -79,6 +79,8 @@ BENCHMARKS = [
           what="200 MB of 16 B-64 KiB, free 90 %, refill with 64-256 KiB, free all"),
     Bench("false_sharing", ["false_sharing", "2", "50000", "10000"],
           what="2 threads write to their own freshly allocated 16 B blocks"),
+    Bench("thread_churn", ["thread_churn", "20000"], ["thread_churn", "2000"],
+          what="20000 short-lived threads, 8 at a time, each leaving blocks for the main thread to free"),
     Bench("thread_scaling_1", ["thread_scaling", "1", "10000000"], what="small churn, 1 thread"),
     Bench("thread_scaling_2", ["thread_scaling", "2", "10000000"],
           ["thread_scaling", "2", "2000000"], what="small churn, 2 threads"),

@@ -178,12 +178,13 @@ typedef struct hk_region {
       uint16_t large_detached;   /* alignment >= 2 MiB: data is outside the header's
                                     2 MiB unit; found through a list, not the bitmap */
       uint64_t cached_at_ms;
+      size_t cached_resident;    /* in the cache: data bytes still committed (0 once purged) */
     };
   };
 } hk_region;
 
 _Static_assert(sizeof(hk_region) <= HK_LARGE_HEADER, "region header must fit in 4 KiB");
-_Static_assert(offsetof(hk_region, cached_at_ms) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
+_Static_assert(offsetof(hk_region, cached_resident) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
 
 /* ---- ownership bitmap: one bit per 2 MiB of address space ---- */
 extern _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];

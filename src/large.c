@@ -17,6 +17,13 @@ pthread_mutex_t hk_large_lock = PTHREAD_MUTEX_INITIALIZER;
 static hk_region *cache[CACHE_MAX]; /* hk_large_lock */
 static unsigned cache_n;
 static size_t cache_bytes;
+/* Cached mappings keep their pages for quick reuse, but only up to this
+ * many bytes besides the newest entry: older ones give their data pages
+ * back at once (they stay mapped, so reusing them costs page faults, not
+ * mmap/munmap). A loop of one large malloc/free pair still makes no system
+ * call; a program freeing many large blocks does not hold them resident. */
+#define CACHE_RESIDENT_MAX ((size_t)8 << 20)
+static size_t cache_resident;
 
 /* Blocks aligned to 2 MiB or more cannot keep their header in the 2 MiB
  * unit of their data (the data starts on such a boundary). Their header
@@ -55,6 +62,7 @@ static void unmap_large(hk_region *r) {
 
 static void cache_remove_at(unsigned i) {
   cache_bytes -= cache[i]->map_size;
+  cache_resident -= cache[i]->cached_resident;
   cache[i] = cache[--cache_n];
 }
 
@@ -139,7 +147,7 @@ static hk_region *cache_take(size_t need, size_t off) {
   pthread_mutex_unlock(&hk_large_lock);
   if (r != NULL) {
     hk_stat_add(large_cache_hits, 1);
-    r->large_zero = 0;
+    if (r->cached_resident != 0) r->large_zero = 0; /* a purged one reads as zeros */
   }
   return r;
 }
@@ -218,8 +226,21 @@ void hk_large_free(hk_region *r, void *p) {
       cache_remove_at(oldest);
     }
     r->cached_at_ms = hk_os_now_ms();
+    r->cached_resident = r->map_size - guard_tail() - r->user_offset;
     cache[cache_n++] = r;
     cache_bytes += r->map_size;
+    cache_resident += r->cached_resident;
+    /* over the resident budget: purge the oldest other entries */
+    while (cache_resident - r->cached_resident > CACHE_RESIDENT_MAX) {
+      hk_region *old = NULL;
+      for (unsigned i = 0; i + 1 < cache_n; i++)
+        if (cache[i]->cached_resident && (old == NULL || cache[i]->cached_at_ms < old->cached_at_ms)) old = cache[i];
+      if (old == NULL) break;
+      hk_os_purge((char *)old + old->user_offset, old->cached_resident);
+      cache_resident -= old->cached_resident;
+      old->cached_resident = 0;
+      old->large_zero = 1; /* its data reads back as zeros */
+    }
   } else {
     victims[nv++] = r;
   }

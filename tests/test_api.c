@@ -837,6 +837,32 @@ static void test_trim_releases(void) {
         (double)before / (double)MiB, (double)after / (double)MiB, (double)total / (double)MiB);
 }
 
+/* Freed large blocks may be kept mapped for reuse, but not resident beyond
+ * a small budget: freeing 32 MiB of touched 4 MiB blocks must lower RSS by
+ * most of it at once, with no malloc_trim. */
+static void test_large_cache_resident(void) {
+  enum { N = 8 };
+  void *ps[N];
+  for (int i = 0; i < N; i++) {
+    ps[i] = API(malloc)(4 * MiB);
+    CHECK(ps[i] != NULL, "malloc(4 MiB) failed");
+    memset(ps[i], 0x3c, 4 * MiB);
+  }
+  size_t before = rss_bytes();
+  for (int i = 0; i < N; i++) API(free)(ps[i]);
+  size_t after = rss_bytes();
+  printf(" [RSS %.1f -> %.1f MiB after freeing %d x 4 MiB]", (double)before / (double)MiB,
+         (double)after / (double)MiB, N);
+  CHECK(after + 16 * MiB < before, "freed large blocks stay resident: RSS %.1f -> %.1f MiB",
+        (double)before / (double)MiB, (double)after / (double)MiB);
+  /* and they are still reusable: calloc from the cache is zero */
+  char *z = (char *)API(calloc)(1, 4 * MiB);
+  CHECK(z != NULL, "calloc(4 MiB) failed");
+  check_zero(z, 4 * MiB, "calloc of a cached large block");
+  API(free)(z);
+  API(malloc_trim)(0); /* leave no cached mapping to the tests after this one */
+}
+
 /* Most medium blocks freed, but one in every span kept live, so no span is
  * empty: malloc_trim must still give back the inside of the free blocks,
  * keep the live ones intact, and blocks handed out again must work (calloc
@@ -1052,6 +1078,7 @@ int main(void) {
   RUN(test_trim);
   RUN(test_trim_releases);
   RUN(test_trim_inside_spans);
+  RUN(test_large_cache_resident);
   RUN(test_free_sized);
 #ifndef HAK_API_PREFIX
   RUN(test_libc_extras);
