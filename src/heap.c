@@ -341,7 +341,9 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
  * whole OS pages inside each free block of HK_PURGE_BLOCK_MIN or more: all
  * but the first page, which holds the free-list link and, in the second
  * word, a mark saying the block is purged (so it is not purged again while
- * it stays free). A reused block faults its pages back in, zero-filled. */
+ * it stays free). A reused block faults its pages back in, zero-filled.
+ * The pass runs when the heap is about to take a new span (and on
+ * malloc_trim), not on every slow path: it reads the clock. */
 #define HK_PURGE_BLOCK_MIN (16u << 10)
 
 HK_INLINE uintptr_t purged_mark(const hk_page *page, const hk_block *b) {
@@ -417,7 +419,6 @@ static hk_page *make_current(hk_heap *h, unsigned cls, hk_page *p) {
  * blocks carved, and a new page taken last. */
 static hk_page *find_page(hk_heap *h, unsigned cls) {
   if (atomic_load_explicit(&h->remote_hint, memory_order_acquire)) rescue_full(h);
-  purge_blocks(h, false);
   hk_page_queue *q = &h->queues[cls];
   hk_page *carvable = NULL;
   for (int attempt = 0; attempt < 4; attempt++) {
@@ -438,6 +439,8 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     queue_push_front(q, p);
   }
   if (carvable != NULL && hk_page_extend(carvable)) return make_current(h, cls, carvable);
+  /* about to take a new span: first give back the inside of free blocks */
+  purge_blocks(h, false);
   hk_abandoned_sweep();
   hk_page *p = fresh_page(h, cls);
   if (p == NULL) {
