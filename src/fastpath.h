@@ -54,8 +54,8 @@ HK_INLINE void hk_free_fast(void *p) {
         hk_block *first = page->free;
         hk_link_set(b, first, key);
         page->free = b;
-        /* empty now, or parked as full */
-        if (HK_UNLIKELY(--page->used == 0 || page->in_full)) hk_heap_page_emptied(heap, page);
+        /* empty now, or parked as full (HK_USED_FULL) */
+        if (HK_UNLIKELY((int32_t)--page->used <= 0)) hk_heap_page_emptied(heap, page);
         return;
       }
       hk_page_remote_free(page, b);

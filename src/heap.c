@@ -53,7 +53,7 @@ static void full_remove(hk_heap *h, hk_page *p) {
   if (p->prev) p->prev->next = p->next; else h->full = p->next;
   if (p->next) p->next->prev = p->prev;
   p->next = p->prev = NULL;
-  p->in_full = 0;
+  p->used &= ~HK_USED_FULL;
 }
 
 /* The current page is the first of the class queue; direct[] exposes it to
@@ -172,7 +172,7 @@ void hk_thread_init_key(void) {
 
 static void abandon_page(hk_heap *h, hk_page *page) {
   hk_page_collect(page, HK_PAGE_ABANDONED);
-  page->in_full = 0;
+  page->used &= ~HK_USED_FULL;
   if (page->used == 0) {
     release_page(h, page);
     return;
@@ -271,7 +271,7 @@ static bool park_full(hk_heap *h, hk_page *page) {
                                                memory_order_acq_rel, memory_order_relaxed))
     return false;
   queue_remove(&h->queues[page->cls], page);
-  page->in_full = 1;
+  page->used |= HK_USED_FULL;
   page->prev = NULL;
   page->next = h->full;
   if (h->full) h->full->prev = page;
@@ -305,7 +305,7 @@ static void rescue_full(hk_heap *h) {
  * while parked on the full list. */
 void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
   unsigned cls = page->cls;
-  if (page->in_full) {
+  if (hk_page_parked(page)) {
     /* The state word says FULL: return it to NORMAL, taking any remote
      * blocks along, before the page rejoins the queue. */
     hk_page_collect(page, HK_PAGE_NORMAL);

@@ -128,9 +128,9 @@ typedef struct hk_page {
   uintptr_t start;           /* first block */
   uint64_t div_magic;        /* ceil(2^64 / block_size): divisibility test */
   _Atomic(struct hk_heap *) heap; /* owner; NULL while abandoned */
-  uint32_t used;             /* blocks handed out and not yet returned to `free` */
-  uint8_t in_full;           /* owner's copy: page is on the full list */
-  uint8_t pad0[3];
+  uint32_t used;             /* blocks handed out and not yet returned to `free`; | HK_USED_FULL
+                                while parked on the full list (owner's copy of that state) */
+  uint32_t pad0;
   uint64_t div_limit;        /* div_magic - 1 */
   uintptr_t key;             /* this page's free-list encoding key */
   /* second cache line */
@@ -144,6 +144,11 @@ typedef struct hk_page {
 } hk_page;
 
 _Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
+
+/* Set in `used` while the page is parked as full: free's one test
+ * (int32_t)--used <= 0 then catches both "now empty" and "parked". */
+#define HK_USED_FULL 0x80000000u
+HK_INLINE bool hk_page_parked(const hk_page *page) { return (page->used & HK_USED_FULL) != 0; }
 _Static_assert(offsetof(hk_page, key) + 8 <= 64, "malloc/free read only the first line");
 
 /* ---- regions ----

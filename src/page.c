@@ -41,7 +41,6 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->free = (hk_block *)r; /* empty list: ends at the region base */
   page->used = 0;
   page->capacity = 0;
-  page->in_full = 0;
   atomic_store_explicit(&page->remote, HK_PAGE_NORMAL, memory_order_relaxed);
   /* area grows as blocks are carved (hk_page_extend): free() of a block
    * that was never handed out fails the fast path's range test */
@@ -104,7 +103,7 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state) {
   hk_block *list = (hk_block *)(old & HK_REMOTE_PTR_MASK);
   uint32_t count = (uint32_t)(old >> HK_REMOTE_COUNT_SHIFT);
   if (list == NULL) return 0;
-  if (HK_UNLIKELY(count > page->used || count == 0)) hk_fatal("free list corrupted (double free or heap overflow)", list);
+  if (HK_UNLIKELY(count > (page->used & ~HK_USED_FULL) || count == 0)) hk_fatal("free list corrupted (double free or heap overflow)", list);
   if (!hk_list_end(page->free)) {
     /* append the owner's list after the stack's last block */
     hk_block *tail = list;
