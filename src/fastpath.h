@@ -37,9 +37,9 @@ HK_INLINE void hk_free_fast(void *p) {
   if (HK_LIKELY(hk_region_is_ours(a))) {
     hk_page *page = hk_page_of(hk_region_of(p), p);
     uint32_t off = (uint32_t)(a - page->start);
-    /* off < area: inside the page's blocks (area is 0 for anything that is
-     * not a live page); off * magic <= magic - 1: off is a multiple of the
-     * block size, i.e. p is the start of a block. */
+    /* off < area: inside the blocks carved so far (area is 0 for anything
+     * that is not a live page); off * magic <= magic - 1: off is a multiple
+     * of the block size, i.e. p is the start of a block. */
     if (HK_LIKELY(a - page->start < hk_page_area(page) &&
                   hk_is_block_start(page, off))) {
       hk_heap *heap = hk_tls_heap;

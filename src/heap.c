@@ -341,13 +341,14 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
  * whole OS pages inside each free block of HK_PURGE_BLOCK_MIN or more: all
  * but the first page, which holds the free-list link and, in the second
  * word, a mark saying the block is purged (so it is not purged again while
- * it stays free). A reused block faults its pages back in, zero-filled.
+ * it stays free). The mark includes the link: a block handed out and freed
+ * again since gets a new link (as a rule) and is purged again. A reused block faults its pages back in, zero-filled.
  * The pass runs when the heap is about to take a new span (and on
  * malloc_trim), not on every slow path: it reads the clock. */
 #define HK_PURGE_BLOCK_MIN (16u << 10)
 
 HK_INLINE uintptr_t purged_mark(const hk_page *page, const hk_block *b) {
-  return page->key ^ (uintptr_t)b ^ (uintptr_t)0x70757267656421ull;
+  return page->key ^ (uintptr_t)b ^ b->link ^ (uintptr_t)0x70757267656421ull;
 }
 
 static void purge_free_blocks(hk_page *page) {
