@@ -95,17 +95,22 @@ static void retire_page(hk_heap *h, hk_page *page) {
   release_page(h, page);
 }
 
-static hk_page *take_spare(hk_heap *h, unsigned nslabs) {
+/* A spare of the same span length, preferably one this class used (its
+ * committed memory is where the class carves). */
+static hk_page *take_spare(hk_heap *h, unsigned cls) {
+  unsigned nslabs = hk_class_slabs[cls];
+  hk_page **found = NULL;
   for (hk_page **pp = &h->spare; *pp != NULL; pp = &(*pp)->next) {
-    hk_page *p = *pp;
-    if (p->nslabs == nslabs) {
-      *pp = p->next;
-      p->next = NULL;
-      h->spare_bytes -= span_bytes(p);
-      return p;
-    }
+    if ((*pp)->nslabs != nslabs) continue;
+    if (found == NULL || (*pp)->cls == cls) found = pp;
+    if ((*pp)->cls == cls) break;
   }
-  return NULL;
+  if (found == NULL) return NULL;
+  hk_page *p = *found;
+  *found = p->next;
+  p->next = NULL;
+  h->spare_bytes -= span_bytes(p);
+  return p;
 }
 
 static void release_spares(hk_heap *h) {
@@ -392,8 +397,8 @@ static void purge_blocks(hk_heap *h, bool force) {
 /* ---- the malloc slow path ---- */
 
 static hk_page *fresh_page(hk_heap *h, unsigned cls) {
-  hk_page *page = take_spare(h, hk_class_slabs[cls]);
-  if (page == NULL) page = hk_region_alloc_span(hk_class_slabs[cls]);
+  hk_page *page = take_spare(h, cls);
+  if (page == NULL) page = hk_region_alloc_span(hk_class_slabs[cls], cls);
   if (page == NULL) return NULL;
   hk_page_init(page, cls);
   atomic_store_explicit(&page->heap, hk_owner_tag(h), memory_order_release);

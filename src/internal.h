@@ -130,7 +130,9 @@ typedef struct hk_page {
   _Atomic(struct hk_heap *) heap; /* owner; NULL while abandoned */
   uint32_t used;             /* blocks handed out and not yet returned to `free`; | HK_USED_FULL
                                 while parked on the full list (owner's copy of that state) */
-  uint32_t pad0;
+  uint8_t last_cls;          /* region.c, slabs 1..31 while free: class + 1 of the page that used
+                                the slab last (0: none), kept across the span's release */
+  uint8_t pad0[3];
   uint64_t div_limit;        /* div_magic - 1 */
   uintptr_t key;             /* this page's free-list encoding key */
   /* second cache line */
@@ -327,7 +329,7 @@ void hk_stats_print(void);
 
 /* ---- region.c: slab spans, shared by all threads (one lock, off the fast path) ---- */
 extern pthread_mutex_t hk_region_lock;
-hk_page *hk_region_alloc_span(unsigned nslabs);   /* NULL on OOM */
+hk_page *hk_region_alloc_span(unsigned nslabs, unsigned cls); /* NULL on OOM */
 void hk_region_free_span(hk_page *page);
 void hk_region_register(void *base);
 void hk_region_unregister(void *base);

@@ -136,7 +136,7 @@ bool hk_region_purge(bool force) {
   return released;
 }
 
-hk_page *hk_region_alloc_span(unsigned n) {
+hk_page *hk_region_alloc_span(unsigned n, unsigned cls) {
   pthread_mutex_lock(&hk_region_lock);
   maybe_purge_locked();
   /* Prefer, in order: committed slabs in a region in use, clean slabs in a
@@ -144,15 +144,22 @@ hk_page *hk_region_alloc_span(unsigned n) {
   hk_region *best = NULL;
   uint32_t best_runs = 0;
   int best_score = -1;
-  for (hk_region *r = regions; r != NULL && r->free_mask != 0 && best_score < 3; r = r->next) {
+  for (hk_region *r = regions; r != NULL && r->free_mask != 0 && best_score < 4; r = r->next) {
     uint32_t runs = runs_of(r->free_mask, n);
     if (!runs) continue;
     uint32_t dirty_runs = runs_of(r->free_mask & r->dirty_mask, n);
-    int score = (r->free_mask != ALL_SLABS ? 2 : 0) + (dirty_runs ? 1 : 0);
+    /* Best of all: a committed run that a page of this very class used
+     * last. Its committed memory is where the new page will carve (blocks
+     * at the same offsets), so a slab recycled between threads of a
+     * program does not end up committed all over for a few blocks. */
+    uint32_t same = 0;
+    for (uint32_t m = dirty_runs; m != 0; m &= m - 1)
+      if (r->pages[__builtin_ctz(m)].last_cls == cls + 1) same |= m & -m;
+    int score = same ? 4 : (r->free_mask != ALL_SLABS ? 2 : 0) + (dirty_runs ? 1 : 0);
     if (score > best_score) {
       best = r;
       best_score = score;
-      best_runs = dirty_runs ? dirty_runs : runs;
+      best_runs = same ? same : dirty_runs ? dirty_runs : runs;
     }
   }
   if (best == NULL) {
@@ -190,8 +197,10 @@ void hk_region_free_span(hk_page *page) {
   hk_region *r = hk_region_of(page);
   unsigned i = (unsigned)(page - r->pages), n = page->nslabs;
   uint32_t run = (n == 32 ? ~0u : ((1u << n) - 1)) << i;
+  uint8_t last = (uint8_t)(page->cls + 1);
   pthread_mutex_lock(&hk_region_lock);
   memset(page, 0, n * sizeof(hk_page));
+  for (unsigned k = 0; k < n; k++) page[k].last_cls = last;
   if (r->free_mask == 0 && r != regions) { /* has free slabs again: back to the front */
     list_unlink(r);
     list_push_front(r);
