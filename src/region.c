@@ -139,8 +139,10 @@ bool hk_region_purge(bool force) {
 hk_page *hk_region_alloc_span(unsigned n, unsigned cls) {
   pthread_mutex_lock(&hk_region_lock);
   maybe_purge_locked();
-  /* Prefer, in order: committed slabs in a region in use, clean slabs in a
-   * region in use, then empty regions (so those can be given back). */
+  /* Prefer, in order: a committed run this class used last (see below),
+   * committed slabs in a region in use, clean slabs in a region in use,
+   * then empty regions (so those can be given back). Without a same-class
+   * run the search visits every region with free slabs. */
   hk_region *best = NULL;
   uint32_t best_runs = 0;
   int best_score = -1;
