@@ -24,7 +24,7 @@ HK_INLINE void *hk_malloc_fast(size_t size) {
   }
   hk_block *b = page->free;
   if (HK_LIKELY(!hk_list_end(b))) {
-    page->free = hk_link_next(b, page->key);
+    page->free = hk_link_next(b, page->free_key);
     b->link = 0; /* a live block must not look free (see hk_looks_free) */
     page->used++;
     return b;
@@ -58,7 +58,7 @@ HK_INLINE void hk_free_fast(void *p) {
         if (HK_UNLIKELY((int32_t)--page->used <= 0)) hk_heap_page_emptied(heap, page);
         return;
       }
-      hk_page_remote_free(page, b);
+      hk_free_remote(heap, page, b);
       return;
     }
   }

@@ -9,7 +9,7 @@
  * page's lists (rare: live blocks almost never look free, see
  * hk_looks_free), then free it as the fast path would have. */
 void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b) {
-  if (hk_page_contains_free(page, b)) hk_fatal("double free detected", b);
+  if (hk_foreign_tagged(page, b) || hk_page_contains_free(page, b)) hk_fatal("double free detected", b);
   hk_free_local_push(heap, page, b);
 }
 

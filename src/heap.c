@@ -148,6 +148,9 @@ static hk_heap *heap_new(void) {
   atomic_store_explicit(&h->remote_hint, 0, memory_order_relaxed);
   h->fresh_count = 0;
   memset(h->queues, 0, sizeof h->queues);
+  memset(h->foreign, 0, sizeof h->foreign);
+  memset(h->foreign_count, 0, sizeof h->foreign_count);
+  h->foreign_bytes = 0;
   h->full = NULL;
   h->spare = NULL;
   h->spare_bytes = 0;
@@ -193,6 +196,7 @@ static void abandon_page(hk_heap *h, hk_page *page) {
 }
 
 static void heap_abandon(hk_heap *h) {
+  hk_foreign_flush_all(h);
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
     hk_page *p;
     while ((p = h->queues[c].first) != NULL) {
@@ -463,13 +467,17 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
 /* A block of class cls for a request of `size` bytes. */
 static void *alloc_in_class(hk_heap *h, size_t size, unsigned cls) {
   hk_page *page = h->queues[cls].first;
-  if (page == NULL || hk_list_end(page->free)) page = find_page(h, cls);
+  if (page == NULL || hk_list_end(page->free)) {
+    /* blocks of other threads this thread freed come first: hot in its cache */
+    if (h->foreign[cls] != NULL) return hk_foreign_pop(h, cls);
+    page = find_page(h, cls);
+  }
   if (page == NULL) {
     errno = ENOMEM;
     return NULL;
   }
   hk_block *b = page->free;
-  page->free = hk_link_next(b, page->key);
+  page->free = hk_link_next(b, page->free_key);
   b->link = 0;
   page->used++;
   if (hk_secure) hk_secure_on_alloc(page, b, size);
@@ -506,6 +514,7 @@ void *hk_alloc_class(size_t size, unsigned cls) {
 
 /* Collect remote frees and give back empty pages (malloc_trim, thread exit). */
 void hk_heap_collect(hk_heap *h, bool release_all) {
+  hk_foreign_flush_all(h);
   rescue_full(h);
   purge_blocks(h, true);
   for (unsigned c = 0; c < HK_NCLASSES; c++) {

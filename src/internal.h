@@ -61,6 +61,7 @@ extern uint32_t hk_class_size[HK_NCLASSES];
 extern uint8_t hk_class_slabs[HK_NCLASSES];
 extern uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
 extern uint8_t hk_class_lut_first[HK_NCLASSES];
+extern uint8_t hk_class_foreign_max[HK_NCLASSES]; /* remote.c's cache per class, in blocks (0: none) */
 
 HK_INLINE unsigned hk_size_class(size_t size) {
   if (HK_LIKELY(size <= HK_LUT_MAX)) return hk_class_lut[(size + 7) >> 3];
@@ -114,8 +115,13 @@ enum { HK_PAGE_NORMAL = 0, HK_PAGE_FULL = 1, HK_PAGE_ABANDONED = 2 };
 
 struct hk_heap;
 
-/* 128 bytes: the first cache line holds what the owner's malloc/free touch,
- * the second what other threads write (remote) and the slow paths use. */
+/* 128 bytes in two cache lines, split by who writes them. The first is
+ * fixed while the page serves a class: everything free() reads to validate
+ * a pointer and find the owner, read by every thread that frees into the
+ * page. The second is the owner's free list and count (malloc touches only
+ * this line) and the remote stack. Other threads' frees thus never read a
+ * line the owner keeps writing: with both in one line, every remote free
+ * was a cache miss on it (larson). */
 typedef struct hk_page {
   /* bytes 0..7 are read by free() for any slab index, including slab 0,
    * whose slot holds the region header instead (see hk_region) */
@@ -124,25 +130,25 @@ typedef struct hk_page {
   uint16_t back;             /* in a span's later slabs: bytes back to the head slab's hk_page */
   uint8_t nslabs;            /* in a head slab: span length */
   uint8_t cls;
-  hk_block *free;            /* owner's free list */
   uintptr_t start;           /* first block */
   uint64_t div_magic;        /* ceil(2^64 / block_size): divisibility test */
   _Atomic(struct hk_heap *) heap; /* owner; NULL while abandoned */
-  uint32_t used;             /* blocks handed out and not yet returned to `free`; | HK_USED_FULL
-                                while parked on the full list (owner's copy of that state) */
-  uint8_t last_cls;          /* region.c, slabs 1..31 while free: class + 1 of the page that used
-                                the slab last (0: none), kept across the span's release */
-  uint8_t pad0[3];
   uint64_t div_limit;        /* div_magic - 1 */
   uintptr_t key;             /* this page's free-list encoding key */
-  /* second cache line */
-  uint32_t capacity;         /* blocks carved so far (rest is untouched memory) */
-  uint32_t reserved;         /* blocks that fit in the span */
   uint32_t block_size;
-  uint32_t pad2;
+  uint32_t reserved;         /* blocks that fit in the span */
+  uint8_t last_cls;          /* region.c, slabs 1..31 while free: class + 1 of the page that used
+                                the slab last (0: none), kept across the span's release */
+  uint8_t pad0[7];
+  /* second cache line */
+  hk_block *free;            /* owner's free list */
+  uint32_t used;             /* blocks handed out and not yet returned to `free`; | HK_USED_FULL
+                                while parked on the full list (owner's copy of that state) */
+  uint32_t capacity;         /* blocks carved so far (rest is untouched memory) */
+  uintptr_t free_key;        /* = key, for malloc, which reads only this line */
   _Atomic uintptr_t remote;  /* remote-free stack | state */
   struct hk_page *next, *prev; /* heap queue, full list or abandoned list */
-  uint8_t pad1[24];
+  uint8_t pad1[16];
 } hk_page;
 
 _Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
@@ -151,7 +157,7 @@ _Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
  * (int32_t)--used <= 0 then catches both "now empty" and "parked". */
 #define HK_USED_FULL 0x80000000u
 HK_INLINE bool hk_page_parked(const hk_page *page) { return (page->used & HK_USED_FULL) != 0; }
-_Static_assert(offsetof(hk_page, key) + 8 <= 64, "malloc/free read only the first line");
+_Static_assert(offsetof(hk_page, pad0) + 7 == 64 && offsetof(hk_page, free) == 64, "the two lines");
 
 /* ---- regions ----
  * The header is the page array. Slab 0 holds the header itself, so
@@ -233,8 +239,13 @@ HK_INLINE bool hk_is_block_start(const hk_page *page, uint32_t off) {
 typedef struct hk_page_queue { hk_page *first, *last; } hk_page_queue;
 
 typedef struct hk_heap_stats {
-  uint64_t pages_acquired, pages_released, remote_frees, pages_adopted;
+  uint64_t pages_acquired, pages_released, remote_frees, pages_adopted, foreign_reused;
 } hk_heap_stats;
+
+/* Remote-freed blocks a heap keeps for its own mallocs (remote.c): at most
+ * this many bytes in all, and per class as hk_class_foreign_max says. */
+#define HK_FOREIGN_BYTES ((uint32_t)64 << 10)
+#define HK_FOREIGN_CLASS_BYTES ((uint32_t)8 << 10)
 
 #define HK_LUT_SLOTS ((HK_LUT_MAX + 7) / 8 + 1)
 typedef struct hk_heap {
@@ -244,6 +255,9 @@ typedef struct hk_heap {
   _Atomic uint32_t remote_hint;   /* a full page received a remote free */
   uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
+  hk_block *foreign[HK_NCLASSES];  /* blocks of other heaps' pages freed here (remote.c) */
+  uint16_t foreign_count[HK_NCLASSES];
+  uint32_t foreign_bytes;
   hk_page *full;                  /* parked full pages (doubly linked) */
   hk_page *spare;                 /* empty spans kept for reuse by any class (singly linked) */
   uint32_t spare_bytes;
@@ -357,7 +371,12 @@ void hk_page_init(hk_page *page, unsigned cls);
 bool hk_page_extend(hk_page *page);
 uint32_t hk_page_collect(hk_page *page, unsigned new_state);
 bool hk_page_contains_free(hk_page *page, hk_block *b);
-void hk_page_remote_free(hk_page *page, hk_block *b);
+
+/* ---- remote.c: frees of other heaps' blocks ---- */
+void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b);
+void *hk_foreign_pop(hk_heap *h, unsigned cls);
+void hk_foreign_flush_all(hk_heap *h);
+bool hk_foreign_tagged(const hk_page *page, const hk_block *b);
 
 /* ---- heap.c ---- */
 void *hk_malloc_slow(hk_heap *heap, size_t size);

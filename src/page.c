@@ -1,7 +1,7 @@
 /* Pages: a span of slabs carved into blocks of one size class.
  *
  * The owner thread pops and pushes `page->free` with plain loads and stores.
- * Other threads push freed blocks onto `page->remote` with one CAS; the
+ * Other threads push freed blocks onto `page->remote` with one CAS (remote.c); the
  * owner takes the whole remote stack with another CAS when it runs dry
  * (hk_page_collect). Blocks are carved lazily, 4 KiB (one OS page) at a time, so a page
  * only commits the memory it has handed out. */
@@ -10,8 +10,6 @@
 #include <string.h>
 
 #define EXTEND_BYTES (4u << 10)
-
-extern _Atomic uint32_t hk_abandoned_hint;
 
 /* A fresh key for each page (re)initialisation: a leaked or guessed link
  * of one page says nothing about another's. High bits stay set (see
@@ -36,7 +34,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->reserved = span / bs;
   page->div_magic = UINT64_MAX / bs + 1;
   page->div_limit = page->div_magic - 1;
-  page->key = page_key(page);
+  page->key = page->free_key = page_key(page);
   page->cls = (uint8_t)cls;
   page->free = (hk_block *)r; /* empty list: ends at the region base */
   page->used = 0;
@@ -116,48 +114,4 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state) {
   page->free = list;
   page->used -= count;
   return count;
-}
-
-/* Free from a thread that does not own the page. */
-void hk_page_remote_free(hk_page *page, hk_block *b) {
-  uintptr_t key = page->key;
-  /* Read the owner before the push: once pushed, the block may be collected
-   * and the page released at any time. */
-  hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_acquire);
-  if (hk_secure) {
-    /* every hardened-mode free lands here (the owner is stored tagged) */
-    hk_heap *self = hk_tls_heap;
-    bool mine = self != &hk_heap_empty && owner == hk_owner_tag(self);
-    if (hk_looks_free(b, key) && (!mine || hk_page_contains_free(page, b)))
-      hk_fatal(mine ? "double free detected" : "double free detected (block freed again by another thread)", b);
-    hk_secure_check_free(page, b);
-    if (mine) {
-      hk_free_local_push(self, page, b);
-      return;
-    }
-    owner = hk_owner_untag(owner);
-  } else if (HK_UNLIKELY(hk_looks_free(b, key))) {
-    /* Only the owner may walk the page's lists to confirm, and pushing the
-     * block would corrupt the list it is already on. A live block's first
-     * word is 0 or user data, which matches a free link only if it equals
-     * page->key ^ (an address in its region): with a random 64-bit key, that
-     * does not happen by chance. */
-    hk_fatal("double free detected (block freed again by another thread)", b);
-  }
-  uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
-  do {
-    /* an empty stack (0) is linked as the region base: see hk_list_end */
-    b->link = ((old & HK_REMOTE_PTR_MASK) | ((uintptr_t)b & ~HK_REGION_MASK)) ^ key;
-  } while (!atomic_compare_exchange_weak_explicit(&page->remote, &old,
-                                                  (uintptr_t)b | (old & HK_REMOTE_STATE_MASK) |
-                                                      ((old >> HK_REMOTE_COUNT_SHIFT) + 1) << HK_REMOTE_COUNT_SHIFT,
-                                                  memory_order_release, memory_order_relaxed));
-  unsigned state = (unsigned)(old & HK_REMOTE_STATE_MASK);
-  /* Heaps are never unmapped, so a stale owner pointer is harmless here. */
-  if (state == HK_PAGE_FULL && owner != NULL)
-    atomic_store_explicit(&owner->remote_hint, 1, memory_order_release);
-  else if (state == HK_PAGE_ABANDONED)
-    atomic_store_explicit(&hk_abandoned_hint, 1, memory_order_release);
-  hk_heap *self = hk_tls_heap;
-  if (self != &hk_heap_empty) self->stats.remote_frees++;
 }

@@ -10,6 +10,7 @@ uint32_t hk_class_size[HK_NCLASSES];
 uint8_t hk_class_slabs[HK_NCLASSES];
 uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
 uint8_t hk_class_lut_first[HK_NCLASSES]; /* first slot of hk_class_lut holding each class */
+uint8_t hk_class_foreign_max[HK_NCLASSES];
 
 static unsigned span_for(uint32_t bs) {
   if (bs <= 8192) return 1;
@@ -41,6 +42,9 @@ void hk_sizeclass_init(void) {
     }
     hk_class_size[c] = size;
     hk_class_slabs[c] = (uint8_t)span_for(size);
+    /* remote.c links cached blocks through their second word */
+    uint32_t fmax = HK_FOREIGN_CLASS_BYTES / size;
+    hk_class_foreign_max[c] = (uint8_t)(size < 16 ? 0 : fmax > 64 ? 64 : fmax);
   }
   hk_class_lut[0] = 0;
   for (size_t i = 1; i < sizeof(hk_class_lut); i++) {

@@ -22,6 +22,7 @@ void hk_stats_merge_heap(hk_heap *h) {
   exited.pages_released += h->stats.pages_released;
   exited.remote_frees += h->stats.remote_frees;
   exited.pages_adopted += h->stats.pages_adopted;
+  exited.foreign_reused += h->stats.foreign_reused;
   pthread_mutex_unlock(&hk_heap_lock);
 }
 
@@ -47,6 +48,7 @@ void hk_stats_print(void) {
     t.pages_released += h->stats.pages_released;
     t.remote_frees += h->stats.remote_frees;
     t.pages_adopted += h->stats.pages_adopted;
+    t.foreign_reused += h->stats.foreign_reused;
   }
   static const char head[] = "hakmem: statistics (hakmem 0.1.0)\n";
   hk_os_write_stderr(head, sizeof head - 1);
@@ -64,6 +66,7 @@ void hk_stats_print(void) {
   line("pages released", t.pages_released, NULL);
   line("pages adopted from exited threads", t.pages_adopted, NULL);
   line("remote frees", t.remote_frees, NULL);
+  line("remote-freed blocks reused by the freer", t.foreign_reused, NULL);
   hk_os_write_stderr("hakmem: large tier (direct mappings)\n", 37);
   line("large allocations", LOAD(large_allocs), NULL);
   line("large frees", LOAD(large_frees), NULL);

@@ -183,6 +183,52 @@ static void double_free_two_remote(void) {
   pthread_create(&t, NULL, thread_free, hkt_opaque_ptr(p));
   pthread_join(t, NULL);
 }
+/* The first free by a thread that stays alive: the block sits in that
+ * thread's cache of remote-freed blocks (src/remote.c), not on its page.
+ * The second free comes from the owner, from the same thread, or from a
+ * third thread. */
+static pthread_barrier_t keeper_freed, keeper_done;
+static void *keeper(void *p) {
+  void *mine = API(malloc)(16); /* a thread keeps such blocks once it has a heap */
+  CHECK(mine != NULL, "malloc failed");
+  API(free)(p);
+  pthread_barrier_wait(&keeper_freed);
+  pthread_barrier_wait(&keeper_done); /* never passed: the process aborts first */
+  return NULL;
+}
+static void *start_keeper(size_t size) {
+  void *p = API(malloc)(size);
+  void *other = API(malloc)(size); /* keeps the page in use */
+  CHECK(p && other, "malloc failed");
+  pthread_barrier_init(&keeper_freed, NULL, 2);
+  pthread_barrier_init(&keeper_done, NULL, 2);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, keeper, p) == 0, "pthread_create failed");
+  pthread_barrier_wait(&keeper_freed);
+  return p;
+}
+static void double_free_kept_then_owner(void) { API(free)(hkt_opaque_ptr(start_keeper(40))); }
+static void double_free_kept_then_third(void) {
+  void *p = start_keeper(200);
+  pthread_t t;
+  pthread_create(&t, NULL, thread_free, hkt_opaque_ptr(p));
+  pthread_join(t, NULL);
+}
+static void *free_twice(void *p) {
+  void *mine = API(malloc)(16);
+  CHECK(mine != NULL, "malloc failed");
+  API(free)(p);
+  API(free)(hkt_opaque_ptr(p));
+  return NULL;
+}
+static void double_free_same_other_thread(void) {
+  void *p = API(malloc)(64);
+  void *other = API(malloc)(64);
+  CHECK(p && other, "malloc failed");
+  pthread_t t;
+  pthread_create(&t, NULL, free_twice, p);
+  pthread_join(t, NULL);
+}
 
 /* ---- cases only hardened mode detects (docs/SAFETY.md) ---- */
 /* one byte after the request, canary shorter than a word (class of 24+9 B: 40 B) */
@@ -263,6 +309,9 @@ static const mcase cases[] = {
     {"double free, first free by another thread", double_free_cross_thread, 0, SIGABRT, NULL},
     {"double free of an exited thread's block", double_free_remote, 0, SIGABRT, NULL},
     {"double free, both frees by other threads", double_free_two_remote, 0, SIGABRT, NULL},
+    {"double free by the owner of a block a live thread freed", double_free_kept_then_owner, 0, SIGABRT, NULL},
+    {"double free by a third thread of a block a live thread freed", double_free_kept_then_third, 0, SIGABRT, NULL},
+    {"double free, both by the same other thread", double_free_same_other_thread, 0, SIGABRT, NULL},
 };
 
 static int secure_level;

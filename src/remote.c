@@ -1,0 +1,144 @@
+/* Frees of blocks whose page another thread's heap owns ("remote" frees).
+ *
+ * Such a block does not go straight back to its page. The freeing thread
+ * keeps it in a small cache per size class (heap->foreign) and hands it out
+ * again on its own next malloc of that class, when its current page has no
+ * free block. While it sits there the block stays counted in its page's
+ * `used`, exactly as if it were still live, so the owner needs to know
+ * nothing. Why: in a server-style program (larson) most frees are remote;
+ * pushing each one onto the owner's page cost a CAS on a cache line that
+ * the owner was writing too (23 % of larson's time, most of it that CAS
+ * waiting), and sent a block that is hot in this core's cache back to
+ * another core.
+ *
+ * The cache is bounded: at most hk_class_foreign_max[cls] blocks per class
+ * and HK_FOREIGN_BYTES in all. Past that, the class's blocks go back to
+ * their pages, each run of blocks of one page with one CAS onto the page's
+ * remote stack (foreign_flush). Thread exit and malloc_trim flush it all.
+ *
+ * Double frees stay detected. A cached block's first word is the page key
+ * XOR (its region base + HK_FOREIGN_TAG): it looks free to hk_looks_free,
+ * so freeing it again from any thread but the owner fails at once, and the
+ * owner, whose fast path sends a block that looks free to
+ * hk_free_local_checked, finds the exact tag there. The cache's own links
+ * are in the second word (blocks of 16 bytes and more), XOR-ed with hk_key. */
+#include "internal.h"
+
+#define HK_FOREIGN_TAG 16 /* inside slab 0, never a block, never a list end */
+
+extern _Atomic uint32_t hk_abandoned_hint;
+
+/* Push the chain first..last (n blocks, already linked with the page key
+ * from first to last) onto the page's remote stack. */
+static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t n) {
+  uintptr_t key = page->key;
+  /* Read the owner before the push: once pushed, the blocks may be collected
+   * and the page released at any time. */
+  hk_heap *owner = hk_owner_untag(atomic_load_explicit(&page->heap, memory_order_acquire));
+  uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
+  do {
+    /* an empty stack (0) is linked as the region base: see hk_list_end */
+    last->link = ((old & HK_REMOTE_PTR_MASK) | ((uintptr_t)last & ~HK_REGION_MASK)) ^ key;
+  } while (!atomic_compare_exchange_weak_explicit(
+      &page->remote, &old,
+      (uintptr_t)first | (old & HK_REMOTE_STATE_MASK) | ((old >> HK_REMOTE_COUNT_SHIFT) + n) << HK_REMOTE_COUNT_SHIFT,
+      memory_order_release, memory_order_relaxed));
+  unsigned state = (unsigned)(old & HK_REMOTE_STATE_MASK);
+  /* Heaps are never unmapped, so a stale owner pointer is harmless here. */
+  if (state == HK_PAGE_FULL && owner != NULL)
+    atomic_store_explicit(&owner->remote_hint, 1, memory_order_release);
+  else if (state == HK_PAGE_ABANDONED)
+    atomic_store_explicit(&hk_abandoned_hint, 1, memory_order_release);
+}
+
+HK_INLINE uintptr_t foreign_tag(const hk_page *page, const hk_block *b) {
+  return page->key ^ (((uintptr_t)b & ~HK_REGION_MASK) + HK_FOREIGN_TAG);
+}
+HK_INLINE hk_block *foreign_next(const hk_block *b) { return (hk_block *)((&b->link)[1] ^ hk_key); }
+
+bool hk_foreign_tagged(const hk_page *page, const hk_block *b) { return b->link == foreign_tag(page, b); }
+
+/* Give every cached block of class cls back to its page. */
+static void foreign_flush(hk_heap *h, unsigned cls) {
+  hk_block *b = h->foreign[cls];
+  h->foreign[cls] = NULL;
+  h->foreign_bytes -= (uint32_t)h->foreign_count[cls] * hk_class_size[cls];
+  h->foreign_count[cls] = 0;
+  while (b != NULL) {
+    hk_page *page = hk_page_of(hk_region_of(b), b);
+    hk_block *first = b, *last = b, *next = foreign_next(b);
+    uint32_t n = 1;
+    /* a run of blocks of the same page goes in one push (every `next` is
+     * read before its block is pushed: then the owner may reuse it) */
+    while (next != NULL && hk_page_of(hk_region_of(next), next) == page) {
+      hk_link_set(last, next, page->key);
+      last = next;
+      next = foreign_next(next);
+      n++;
+    }
+    remote_push(page, first, last, n);
+    b = next;
+  }
+}
+
+void hk_foreign_flush_all(hk_heap *h) {
+  for (unsigned c = 0; c < HK_NCLASSES && h->foreign_bytes != 0; c++)
+    if (h->foreign[c] != NULL) foreign_flush(h, c);
+}
+
+void *hk_foreign_pop(hk_heap *h, unsigned cls) {
+  hk_block *b = h->foreign[cls];
+  h->foreign[cls] = foreign_next(b);
+  h->foreign_count[cls]--;
+  h->foreign_bytes -= hk_class_size[cls];
+  b->link = 0; /* a live block must not look free */
+  (&b->link)[1] = 0;
+  h->stats.foreign_reused++;
+  return b;
+}
+
+/* Hardened mode sends every free here (pages store their owner tagged, so
+ * the fast path's owner test never matches): full checks, no cache. */
+static void secure_free(hk_heap *self, hk_page *page, hk_block *b) {
+  hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_acquire);
+  bool mine = self != &hk_heap_empty && owner == hk_owner_tag(self);
+  if (hk_looks_free(b, page->key) && (!mine || hk_page_contains_free(page, b)))
+    hk_fatal(mine ? "double free detected" : "double free detected (block freed again by another thread)", b);
+  hk_secure_check_free(page, b);
+  if (mine) {
+    hk_free_local_push(self, page, b);
+    return;
+  }
+  remote_push(page, b, b, 1);
+  if (self != &hk_heap_empty) self->stats.remote_frees++;
+}
+
+/* self: this thread's heap, or hk_heap_empty (no heap yet, or exiting). */
+void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b) {
+  if (hk_secure) {
+    secure_free(self, page, b);
+    return;
+  }
+  if (HK_UNLIKELY(hk_looks_free(b, page->key))) {
+    /* Only the owner may walk the page's lists to confirm, and pushing the
+     * block would corrupt the list (or cache) it is already on. A live
+     * block's first word is 0 or user data, which matches a free link only
+     * if it equals page->key ^ (an address in its region): with a random
+     * 64-bit key, that does not happen by chance. */
+    hk_fatal("double free detected (block freed again by another thread)", b);
+  }
+  unsigned cls = page->cls;
+  if (self == &hk_heap_empty || hk_class_foreign_max[cls] == 0) {
+    remote_push(page, b, b, 1);
+    return;
+  }
+  uint32_t bs = hk_class_size[cls];
+  if (self->foreign_count[cls] >= hk_class_foreign_max[cls]) foreign_flush(self, cls);
+  if (self->foreign_bytes + bs > HK_FOREIGN_BYTES) hk_foreign_flush_all(self);
+  b->link = foreign_tag(page, b);
+  (&b->link)[1] = (uintptr_t)self->foreign[cls] ^ hk_key;
+  self->foreign[cls] = b;
+  self->foreign_count[cls]++;
+  self->foreign_bytes += bs;
+  self->stats.remote_frees++;
+}
