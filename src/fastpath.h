@@ -1,8 +1,8 @@
 /* The malloc and free fast paths, inlined into every entry point.
  *
  * Same-thread malloc: pop the class's current page's free list.
- * Same-thread free:   mask to the region, check the ownership bit, index the
- *                     page, check the pointer is a block start, push.
+ * Same-thread free:   look the page up in the arena's page table, check the
+ *                     pointer is a block start, push.
  * Neither takes a lock, does an atomic read-modify-write or a system call;
  * everything else (page refill, remote frees, large blocks, errors) is in
  * the out-of-line slow paths.
@@ -32,35 +32,41 @@ HK_INLINE void *hk_malloc_fast(size_t size) {
   return hk_malloc_slow(heap, size);
 }
 
-HK_INLINE void hk_free_fast(void *p) {
+/* Free p as a block of `page`, or tail-call invalid(p) if it is none. */
+HK_INLINE void hk_free_to_page(hk_page *page, void *p, void (*invalid)(void *)) {
   uintptr_t a = (uintptr_t)p;
-  if (HK_LIKELY(hk_region_is_ours(a))) {
-    hk_page *page = hk_page_of(hk_region_of(p), p);
-    uint32_t off = (uint32_t)(a - page->start);
-    /* off < area: inside the blocks carved so far (area is 0 for anything
-     * that is not a live page); off * magic <= magic - 1: off is a multiple
-     * of the block size, i.e. p is the start of a block. */
-    if (HK_LIKELY(a - page->start < hk_page_area(page) &&
-                  hk_is_block_start(page, off))) {
-      hk_heap *heap = hk_tls_heap;
-      hk_block *b = (hk_block *)p;
-      if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap)) {
-        uintptr_t key = page->key;
-        /* every call below is a tail call: no registers to save here */
-        if (HK_UNLIKELY(hk_looks_free(b, key))) {
-          hk_free_local_checked(heap, page, b);
-          return;
-        }
-        hk_block *first = page->free;
-        hk_link_set(b, first, key);
-        page->free = b;
-        /* empty now, or parked as full (HK_USED_FULL) */
-        if (HK_UNLIKELY((int32_t)--page->used <= 0)) hk_heap_page_emptied(heap, page);
+  uint32_t off = (uint32_t)(a - page->start);
+  /* off < area: inside the blocks carved so far (area is 0 for anything
+   * that is not a live page); off * magic <= magic - 1: off is a multiple
+   * of the block size, i.e. p is the start of a block. */
+  if (HK_LIKELY(a - page->start < hk_page_area(page) && hk_is_block_start(page, off))) {
+    hk_heap *heap = hk_tls_heap;
+    hk_block *b = (hk_block *)p;
+    if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap)) {
+      uintptr_t key = page->key;
+      /* every call below is a tail call: no registers to save here */
+      if (HK_UNLIKELY(hk_looks_free(b, key))) {
+        hk_free_local_checked(heap, page, b);
         return;
       }
-      hk_free_remote(heap, page, b);
+      hk_block *first = page->free;
+      hk_link_set(b, first, key);
+      page->free = b;
+      /* empty now, or parked as full (HK_USED_FULL) */
+      if (HK_UNLIKELY((int32_t)--page->used <= 0)) hk_heap_page_emptied(heap, page);
       return;
     }
+    hk_free_remote(heap, page, b);
+    return;
+  }
+  invalid(p);
+}
+
+HK_INLINE void hk_free_fast(void *p) {
+  uintptr_t slab = hk_arena_slab((uintptr_t)p);
+  if (HK_LIKELY(slab < HK_ARENA_SLABS)) {
+    hk_free_to_page(hk_arena_page(slab), p, hk_free_slow);
+    return;
   }
   hk_free_slow(p);
 }

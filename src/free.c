@@ -26,16 +26,11 @@ hk_region *hk_region_lookup(const void *p) {
   return hk_large_find_detached(p);
 }
 
-void hk_free_slow(void *p) {
-  if (p == NULL) return;
+/* p is no block: say what it is. */
+static HK_NOINLINE void free_invalid(void *p) {
   hk_region *r = hk_region_lookup(p);
-  if (r == NULL) hk_fatal("free() of a pointer not allocated by hakmem (invalid pointer, or already freed and unmapped)", p);
-  if (r->kind == HK_KIND_LARGE) {
-    int saved = errno;
-    hk_large_free(r, p);
-    errno = saved;
-    return;
-  }
+  if (r == NULL || r->kind != HK_KIND_SMALL)
+    hk_fatal("free() of a pointer not allocated by hakmem (invalid pointer, or already freed and unmapped)", p);
   hk_page *page = hk_page_of(r, p);
   uintptr_t off = (uintptr_t)p - page->start;
   uint32_t area = hk_page_area(page);
@@ -43,6 +38,24 @@ void hk_free_slow(void *p) {
                           hk_is_block_start(page, (uint32_t)off)))
     hk_fatal("free() of a pointer that is not an allocated block (double free, or never allocated)", p);
   hk_fatal("free() of a pointer into the middle of a block", p);
+}
+
+void hk_free_slow(void *p) {
+  if (p == NULL) return;
+  hk_region *r = hk_region_lookup(p);
+  if (r != NULL && r->kind == HK_KIND_LARGE) {
+    int saved = errno;
+    hk_large_free(r, p);
+    errno = saved;
+    return;
+  }
+  /* a small region beyond the page table's range: find the page from the
+   * region header instead */
+  if (r != NULL && hk_arena_slab((uintptr_t)p) >= HK_ARENA_SLABS) {
+    hk_free_to_page(hk_page_of(r, p), p, free_invalid);
+    return;
+  }
+  free_invalid(p);
 }
 
 /* Usable size of a live block; `who` names the caller in error reports. */

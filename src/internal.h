@@ -12,9 +12,10 @@
  *   large block (> 1 MiB, or alignment > 64 KiB): its own 2 MiB-aligned
  *   mapping, header in the first 4 KiB, user data after it.
  *
- * free() finds a block's metadata by masking the address down to 2 MiB and
- * indexing the page array; a bitmap with one bit per 2 MiB of address space
- * says, in one load, whether that region is ours.
+ * free() finds a block's page in the page table of the arena, the address
+ * space reservation small regions come from (see below); a bitmap with one
+ * bit per 2 MiB of address space says whether any other address is ours
+ * (large blocks, regions outside the arena).
  */
 #ifndef HK_INTERNAL_H
 #define HK_INTERNAL_H
@@ -199,6 +200,30 @@ typedef struct hk_region {
 _Static_assert(sizeof(hk_region) <= HK_LARGE_HEADER, "region header must fit in 4 KiB");
 _Static_assert(offsetof(hk_region, cached_resident) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
 
+/* ---- the arena and its page table (region.c) ----
+ * Small regions come from one reservation of address space, the arena.
+ * hk_page_table has an entry for each 64 KiB slab of the HK_ARENA_SLABS
+ * (64 GiB) from hk_arena_base: the offset from hk_arena_base of the hk_page
+ * serving it, so free() finds a block's page with one subtraction, one
+ * shift and one load. An entry of 0 (a slab no page has used) leads to
+ * offset 0, which is never a page: the arena's first region slot is left
+ * unused, its header reading as zeros, i.e. "not a live page" (area 0).
+ * Stale entries are harmless: a slab's entry is rewritten whenever a span
+ * takes it, and an entry that still names an old head page either finds it
+ * not live (area 0) or finds the pointer outside that page's carved area.
+ * Regions that do not fit in the arena are mapped anywhere; free() takes
+ * the slow path for them (hk_region_map, below). */
+#define HK_ARENA_SLABS ((uintptr_t)1 << 20)
+extern char *hk_arena_base;       /* before initialisation: &hk_page_empty */
+extern _Atomic uintptr_t hk_page_table[HK_ARENA_SLABS];
+void hk_arena_init(void);
+
+/* The slab index of p in the page table's range (>= HK_ARENA_SLABS: outside). */
+HK_INLINE uintptr_t hk_arena_slab(uintptr_t p) { return (p - (uintptr_t)hk_arena_base) >> HK_SLAB_SHIFT; }
+HK_INLINE hk_page *hk_arena_page(uintptr_t slab) {
+  return (hk_page *)(hk_arena_base + atomic_load_explicit(&hk_page_table[slab], memory_order_relaxed));
+}
+
 /* ---- ownership bitmap: one bit per 2 MiB of address space ---- */
 extern _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
 
@@ -300,6 +325,7 @@ typedef struct hk_options {
   long verbose;           /* HAKMEM_VERBOSE */
   long purge_thread;      /* HAKMEM_PURGE_THREAD */
   long secure;            /* HAKMEM_SECURE */
+  long arena_mb;          /* HAKMEM_ARENA_MB */
 } hk_options;
 extern hk_options hk_opt;
 void hk_options_init(void);
@@ -307,6 +333,9 @@ void hk_options_print(void);
 
 /* ---- os.c: every system call hakmem makes ---- */
 void *hk_os_map_aligned(size_t size, size_t align);   /* NULL on failure */
+void *hk_os_reserve(size_t size, size_t align);       /* PROT_NONE address space; NULL on failure */
+bool hk_os_commit(void *p, size_t size);
+void hk_os_decommit(void *p, size_t size);
 void hk_os_unmap(void *p, size_t size);
 void hk_os_guard(void *p, size_t size);                /* PROT_NONE */
 void hk_os_purge(void *p, size_t size);               /* MADV_DONTNEED */

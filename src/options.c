@@ -35,6 +35,8 @@ static option_desc options[] = {
    "hardened mode: 1 guard pages, randomised order, canaries; 2 also zero-on-free"},
   {"PURGE_THREAD", &hk_opt.purge_thread, 1, 0, 1,
    "background thread that purges after the delay even if the program makes no call"},
+  {"ARENA_MB", &hk_opt.arena_mb, 65536, 0, 65536,
+   "address space reserved for small regions (regions beyond it take free()'s slow path)"},
 };
 
 static bool parse_long(const char *s, long *out) {

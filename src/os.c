@@ -15,24 +15,40 @@
 #define MAP_NORESERVE 0
 #endif
 
-static void *map_raw(void *hint, size_t size) {
-  void *p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+static void *map_raw(void *hint, size_t size, int prot) {
+  void *p = mmap(hint, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
 /* Map `size` bytes aligned to `align` (a power of two >= the OS page):
  * over-map by `align` and trim both ends (three system calls, once per
  * region or large block). */
-void *hk_os_map_aligned(size_t size, size_t align) {
+static void *map_aligned(size_t size, size_t align, int prot) {
   if (size > SIZE_MAX - align) return NULL;
   size_t over = size + align;
-  char *q = map_raw(NULL, over);
+  char *q = map_raw(NULL, over, prot);
   if (q == NULL) return NULL;
   uintptr_t aligned = ((uintptr_t)q + align - 1) & ~(uintptr_t)(align - 1);
   size_t lead = aligned - (uintptr_t)q, trail = over - lead - size;
   if (lead) munmap(q, lead);
   if (trail) munmap((char *)aligned + size, trail);
   return (void *)aligned;
+}
+
+void *hk_os_map_aligned(size_t size, size_t align) { return map_aligned(size, align, PROT_READ | PROT_WRITE); }
+
+/* Address space only: no access, no commit charge (the arena, region.c). */
+void *hk_os_reserve(size_t size, size_t align) { return map_aligned(size, align, PROT_NONE); }
+
+/* Make reserved memory usable (fresh zero pages), or give it back and
+ * make it inaccessible again; one mmap over the range either way. */
+bool hk_os_commit(void *p, size_t size) {
+  void *q = mmap(p, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  return q == p;
+}
+void hk_os_decommit(void *p, size_t size) {
+  void *q = mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (q != p) hk_warning("mmap of a reserved range failed");
 }
 
 void hk_os_guard(void *p, size_t size) {

@@ -1,4 +1,5 @@
-/* Regions: 2 MiB-aligned mappings cut into 64 KiB slabs. Any free span of
+/* Regions: 2 MiB-aligned mappings cut into 64 KiB slabs, committed from
+ * the arena (a reservation of address space) whose page table free() reads. Any free span of
  * slabs in any region can become a page of any size class. This is the only
  * shared structure on the small-block path; it is taken once per page (tens
  * to thousands of blocks), never per block.
@@ -13,6 +14,68 @@
 
 pthread_mutex_t hk_region_lock = PTHREAD_MUTEX_INITIALIZER;
 _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
+
+/* ---- the arena (see internal.h) ----
+ * Reserved once, at initialisation: HAKMEM_ARENA_MB (64 GiB) of address
+ * space, or a quarter as much, and so on, if the system refuses (RLIMIT_AS). Reserving costs no
+ * memory and no commit charge; a region slot is committed when a region
+ * needs it and decommitted when the region is given back (one mmap each,
+ * as mapping and unmapping a region cost before). Slot 0 stays unused. */
+char *hk_arena_base = (char *)&hk_page_empty;
+_Atomic uintptr_t hk_page_table[HK_ARENA_SLABS];
+#define ARENA_REGIONS (HK_ARENA_SLABS / HK_SLABS)
+static size_t arena_regions;                   /* slots reserved, slot 0 included */
+static size_t arena_next = 1;                  /* slots below this were used once */
+static uint64_t arena_free[ARENA_REGIONS / 64]; /* bit i: slot i (< arena_next) is decommitted */
+
+void hk_arena_init(void) {
+  size_t want = (size_t)hk_opt.arena_mb / (HK_REGION_SIZE >> 20);
+  for (size_t n = want < ARENA_REGIONS ? want : ARENA_REGIONS; n >= 2; n /= 4) {
+    char *base = hk_os_reserve(n * HK_REGION_SIZE, HK_REGION_SIZE);
+    if (base == NULL) continue;
+    /* slot 0's header reads as zeros: the page of every unused table entry */
+    if (!hk_os_commit(base, HK_OS_PAGE)) {
+      hk_os_unmap(base, n * HK_REGION_SIZE);
+      return;
+    }
+    hk_arena_base = base;
+    arena_regions = n;
+    return;
+  }
+}
+
+static hk_region *arena_take(void) {
+  size_t slot = 0;
+  for (size_t w = 0; w < (arena_next + 63) / 64; w++)
+    if (arena_free[w]) {
+      slot = w * 64 + (size_t)__builtin_ctzll(arena_free[w]);
+      arena_free[w] &= arena_free[w] - 1;
+      break;
+    }
+  if (slot == 0) {
+    if (arena_next >= arena_regions) return NULL;
+    slot = arena_next++;
+  }
+  hk_region *r = (hk_region *)(hk_arena_base + slot * HK_REGION_SIZE);
+  if (!hk_os_commit(r, HK_REGION_SIZE)) {
+    arena_free[slot / 64] |= (uint64_t)1 << (slot % 64);
+    return NULL;
+  }
+  return r;
+}
+
+static bool in_arena(const hk_region *r) {
+  return arena_regions != 0 && (uintptr_t)((const char *)r - hk_arena_base) < arena_regions * HK_REGION_SIZE;
+}
+
+/* Point the table entries of slabs first..first+n-1 of r at page (offset
+ * from the base), or at nothing (0). Slabs beyond the table have none. */
+static void table_set(hk_region *r, unsigned first, unsigned n, const hk_page *page) {
+  uintptr_t slab = hk_arena_slab((uintptr_t)r + (uintptr_t)first * HK_SLAB_SIZE);
+  if (slab >= HK_ARENA_SLABS || slab + n > HK_ARENA_SLABS) return;
+  uintptr_t v = page ? (uintptr_t)((const char *)page - hk_arena_base) : 0;
+  for (unsigned k = 0; k < n; k++) atomic_store_explicit(&hk_page_table[slab + k], v, memory_order_relaxed);
+}
 
 /* Slabs 1..31 serve pages. In hardened mode slab 31 is left out: its last
  * 4 KiB is the guard page between this region and the next. */
@@ -52,7 +115,8 @@ static void list_push_back(hk_region *r) {
 }
 
 static hk_region *region_new(void) {
-  hk_region *r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE);
+  hk_region *r = arena_take();
+  if (r == NULL) r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE);
   if (r == NULL) return NULL;
   if (((uintptr_t)r >> HK_REGION_SHIFT) >> HK_MAP_BITS) {
     hk_os_unmap(r, HK_REGION_SIZE);
@@ -73,7 +137,14 @@ static hk_region *region_new(void) {
 static void region_delete(hk_region *r) {
   list_unlink(r);
   hk_region_unregister(r);
-  hk_os_unmap(r, HK_REGION_SIZE);
+  table_set(r, 0, HK_SLABS, NULL);
+  if (in_arena(r)) {
+    size_t slot = (size_t)((char *)r - hk_arena_base) / HK_REGION_SIZE;
+    hk_os_decommit(r, HK_REGION_SIZE);
+    arena_free[slot / 64] |= (uint64_t)1 << (slot % 64);
+  } else {
+    hk_os_unmap(r, HK_REGION_SIZE);
+  }
   hk_stat_add(regions_unmapped, 1);
   atomic_fetch_sub_explicit(&hk_stats.regions_live, 1, memory_order_relaxed);
 }
@@ -190,6 +261,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls) {
   memset(page, 0, n * sizeof(hk_page));
   page->nslabs = (uint8_t)n;
   for (unsigned k = 1; k < n; k++) page[k].back = (uint16_t)(k * sizeof(hk_page));
+  table_set(best, i, n, page);
   hk_stat_peak(&hk_stats.slabs_peak, hk_stat_add(slabs_in_use, n) + n);
   pthread_mutex_unlock(&hk_region_lock);
   return page;
