@@ -60,9 +60,16 @@ static void full_remove(hk_heap *h, hk_page *p) {
  * the malloc fast path. In hardened mode direct[] stays empty so every
  * malloc takes the slow path, where the checks are. */
 static void set_direct(hk_heap *h, unsigned cls, hk_page *page) {
+  if (page != &hk_page_empty && page->nslabs == 1) page->used |= HK_USED_CURRENT;
   h->direct[cls] = page;
   /* the lookup table's slots of this class are consecutive */
   for (unsigned i = hk_class_lut_first[cls]; i < HK_LUT_SLOTS && hk_class_lut[i] == cls; i++) h->by_size[i] = page;
+}
+
+/* The page stops being current (it stays live and queued): free() may now
+ * find it empty. */
+static void uncurrent(hk_page *p) {
+  if (p != NULL) p->used &= ~HK_USED_CURRENT;
 }
 
 static void set_current(hk_heap *h, unsigned cls) {
@@ -180,7 +187,7 @@ void hk_thread_init_key(void) {
 
 static void abandon_page(hk_heap *h, hk_page *page) {
   hk_page_collect(page, HK_PAGE_ABANDONED);
-  page->used &= ~HK_USED_FULL;
+  page->used &= ~(HK_USED_FULL | HK_USED_CURRENT);
   if (page->used == 0) {
     release_page(h, page);
     return;
@@ -280,7 +287,7 @@ static bool park_full(hk_heap *h, hk_page *page) {
                                                memory_order_acq_rel, memory_order_relaxed))
     return false;
   queue_remove(&h->queues[page->cls], page);
-  page->used |= HK_USED_FULL;
+  page->used = (page->used & ~HK_USED_CURRENT) | HK_USED_FULL;
   page->prev = NULL;
   page->next = h->full;
   if (h->full) h->full->prev = page;
@@ -303,7 +310,7 @@ static void rescue_full(hk_heap *h) {
     if (!(atomic_load_explicit(&p->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)) continue;
     hk_page_collect(p, HK_PAGE_NORMAL);
     unpark(h, p);
-    if (p->used == 0) {
+    if (hk_page_used(p) == 0) {
       queue_remove(&h->queues[p->cls], p);
       retire_page(h, p);
     }
@@ -326,16 +333,17 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
    * block (e.g. 64 KiB blocks, one per page). A multi-slab span would hold
    * up to 1 MiB per class, so it retires like any other empty page. */
   hk_page *cur = h->queues[cls].first;
-  if (page->used == 0 && page != cur) {
+  if (hk_page_used(page) == 0 && page != cur) {
     queue_remove(&h->queues[cls], page);
     if (page->nslabs == 1 && cur != NULL && hk_list_end(cur->free) && cur->capacity == cur->reserved &&
-        cur->used != 0) {
+        hk_page_used(cur) != 0) {
+      uncurrent(cur);
       queue_push_front(&h->queues[cls], page);
     } else {
       retire_page(h, page);
     }
     set_current(h, cls);
-  } else if (page->used == 0 && page->nslabs > 1) {
+  } else if (hk_page_used(page) == 0 && page->nslabs > 1) {
     queue_remove(&h->queues[cls], page);
     retire_page(h, page);
     set_current(h, cls);
@@ -416,6 +424,7 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls) {
 static hk_page *make_current(hk_heap *h, unsigned cls, hk_page *p) {
   hk_page_queue *q = &h->queues[cls];
   if (p != q->first) {
+    uncurrent(q->first);
     queue_remove(q, p);
     queue_push_front(q, p);
   }
@@ -446,6 +455,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     }
     hk_page *p = adopt(h, cls);
     if (p == NULL) break;
+    uncurrent(q->first);
     queue_push_front(q, p);
   }
   if (carvable != NULL && hk_page_extend(carvable)) return make_current(h, cls, carvable);
@@ -458,6 +468,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     hk_purger_poke();
     return NULL;
   }
+  uncurrent(q->first);
   queue_push_front(q, p);
   hk_page_extend(p);
   set_current(h, cls);
@@ -522,7 +533,7 @@ void hk_heap_collect(hk_heap *h, bool release_all) {
     for (hk_page *p = h->queues[c].first; p != NULL; p = next) {
       next = p->next;
       hk_page_collect(p, HK_PAGE_NORMAL);
-      if (p->used == 0 && (release_all || p != h->queues[c].first)) {
+      if (hk_page_used(p) == 0 && (release_all || p != h->queues[c].first)) {
         queue_remove(&h->queues[c], p);
         release_page(h, p);
       }

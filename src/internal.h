@@ -144,7 +144,8 @@ typedef struct hk_page {
   /* second cache line */
   hk_block *free;            /* owner's free list */
   uint32_t used;             /* blocks handed out and not yet returned to `free`; | HK_USED_FULL
-                                while parked on the full list (owner's copy of that state) */
+                                while parked on the full list (owner's copy of that state),
+                                | HK_USED_CURRENT while current (see below) */
   uint32_t capacity;         /* blocks carved so far (rest is untouched memory) */
   uintptr_t free_key;        /* = key, for malloc, which reads only this line */
   _Atomic uintptr_t remote;  /* remote-free stack | state */
@@ -157,7 +158,15 @@ _Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
 /* Set in `used` while the page is parked as full: free's one test
  * (int32_t)--used <= 0 then catches both "now empty" and "parked". */
 #define HK_USED_FULL 0x80000000u
+/* Set in `used` while a single-slab page is its class's current page: it
+ * keeps free's test from firing when the page runs empty, since an empty
+ * current page just stays (hk_heap_page_emptied would do nothing). With a
+ * few live blocks per class (thread_scaling: 64 blocks over 23 classes),
+ * 6.5 % of frees made that call. */
+#define HK_USED_CURRENT 0x40000000u
 HK_INLINE bool hk_page_parked(const hk_page *page) { return (page->used & HK_USED_FULL) != 0; }
+/* blocks handed out, without the flags */
+HK_INLINE uint32_t hk_page_used(const hk_page *page) { return page->used & ~(HK_USED_FULL | HK_USED_CURRENT); }
 _Static_assert(offsetof(hk_page, pad0) + 7 == 64 && offsetof(hk_page, free) == 64, "the two lines");
 
 /* ---- regions ----

@@ -106,7 +106,7 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state) {
   hk_block *list = (hk_block *)(old & HK_REMOTE_PTR_MASK);
   uint32_t count = (uint32_t)(old >> HK_REMOTE_COUNT_SHIFT);
   if (list == NULL) return 0;
-  if (HK_UNLIKELY(count > (page->used & ~HK_USED_FULL) || count == 0)) hk_fatal("free list corrupted (double free or heap overflow)", list);
+  if (HK_UNLIKELY(count > hk_page_used(page) || count == 0)) hk_fatal("free list corrupted (double free or heap overflow)", list);
   if (!hk_list_end(page->free)) {
     /* append the owner's list after the stack's last block */
     hk_block *tail = list;
