@@ -296,6 +296,7 @@ typedef struct hk_heap {
   hk_page *spare;                 /* empty spans kept for reuse by any class (singly linked) */
   uint32_t spare_bytes;
   uint64_t block_purge_ms;        /* next pass over free medium blocks (purge_free_blocks) */
+  uint64_t grown_bytes;           /* clean spans taken since that pass */
   struct hk_heap *pool_next;      /* free heap pool */
   hk_heap_stats stats;
 } hk_heap;
@@ -381,7 +382,7 @@ void hk_stats_print(void);
 
 /* ---- region.c: slab spans, shared by all threads (one lock, off the fast path) ---- */
 extern pthread_mutex_t hk_region_lock;
-hk_page *hk_region_alloc_span(unsigned nslabs, unsigned cls); /* NULL on OOM */
+hk_page *hk_region_alloc_span(unsigned nslabs, unsigned cls, bool *clean); /* NULL on OOM; clean: no slab of it holds committed memory */
 void hk_region_free_span(hk_page *page);
 void hk_region_register(void *base);
 void hk_region_unregister(void *base);

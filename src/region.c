@@ -207,7 +207,7 @@ bool hk_region_purge(bool force) {
   return released;
 }
 
-hk_page *hk_region_alloc_span(unsigned n, unsigned cls) {
+hk_page *hk_region_alloc_span(unsigned n, unsigned cls, bool *clean) {
   pthread_mutex_lock(&hk_region_lock);
   maybe_purge_locked();
   /* Prefer, in order: a committed run this class used last (see below),
@@ -249,6 +249,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls) {
   }
   unsigned i = (unsigned)__builtin_ctz(best_runs);
   uint32_t run = (n == 32 ? ~0u : ((1u << n) - 1)) << i;
+  *clean = (best->dirty_mask & run) == 0;
   best->free_mask &= ~run;
   best->dirty_mask &= ~run;
   if (best->dirty_mask == 0) best->purge_at_ms = 0;
