@@ -57,23 +57,31 @@ extern void cfree(void *ptr) __attribute__((weak));
 #define HKT_PRINTF(a, b)
 #endif
 
+/* Write head, the formatted message and a newline to stderr in one
+ * write(2): no stdio buffering (this may run in a forked child, a
+ * destructor, or a fuzzer about to abort). */
+static HKT_UNUSED void hkt_vreport(const char *head, const char *fmt, va_list ap) {
+  char buf[1024];
+  size_t n = strlen(head);
+  if (n > sizeof buf - 2) n = sizeof buf - 2;
+  memcpy(buf, head, n);
+  int m = vsnprintf(buf + n, sizeof buf - n - 1, fmt, ap);
+  if (m > 0) n += (size_t)m;
+  if (n > sizeof buf - 2) n = sizeof buf - 2;
+  buf[n++] = '\n';
+  ssize_t w = write(2, buf, n);
+  (void)w;
+}
+
 static HKT_UNUSED HKT_NORETURN HKT_PRINTF(4, 5) void
 hkt_fail(const char *file, int line, const char *cond, const char *fmt, ...) {
-  char buf[1024];
+  char head[512];
   fflush(stdout); /* keep what the test printed so far (stdout may be a pipe) */
-  int n = snprintf(buf, sizeof buf, "%s:%d: CHECK FAILED: %s: ", file, line, cond);
-  if (n < 0) n = 0;
-  if ((size_t)n > sizeof buf - 2) n = (int)sizeof buf - 2;
+  snprintf(head, sizeof head, "%s:%d: CHECK FAILED: %s: ", file, line, cond);
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  hkt_vreport(head, fmt, ap);
   va_end(ap);
-  if (m > 0) n += m;
-  if ((size_t)n > sizeof buf - 2) n = (int)sizeof buf - 2;
-  buf[n++] = '\n';
-  /* write(2): no stdio buffering (may run in a child or a destructor) */
-  ssize_t w = write(2, buf, (size_t)n);
-  (void)w;
   _exit(1);
 }
 

@@ -37,6 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api.h" /* hkt_vreport */
 #include "hakmem.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -59,20 +60,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* ---- failure report ---- */
 
-static __attribute__((noreturn, format(printf, 1, 2))) void fail(const char *fmt, ...) {
-  char buf[512];
-  int n = snprintf(buf, sizeof buf, "fuzz_api: shadow model mismatch: ");
-  if (n < 0) n = 0;
+static HKT_NORETURN HKT_PRINTF(1, 2) void fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+  hkt_vreport("fuzz_api: shadow model mismatch: ", fmt, ap);
   va_end(ap);
-  if (m > 0) n += m;
-  if ((size_t)n > sizeof buf - 2) n = (int)sizeof buf - 2;
-  buf[n++] = '\n';
-  ssize_t w = write(2, buf, (size_t)n);
-  (void)w;
-  abort();
+  abort(); /* libFuzzer records a crash */
 }
 
 /* ---- patterns ---- */
