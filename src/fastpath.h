@@ -52,8 +52,8 @@ HK_INLINE void hk_free_to_page(hk_page *page, void *p, void (*invalid)(void *)) 
       hk_block *first = page->free;
       hk_link_set(b, first, key);
       page->free = b;
-      /* empty now, or parked as full (HK_USED_FULL) */
-      if (HK_UNLIKELY((int32_t)--page->used <= 0)) hk_heap_page_emptied(heap, page);
+      /* empty now, or parked as full (see HK_USED_NORMAL) */
+      if (HK_UNLIKELY((int32_t)--page->used < 0)) hk_heap_page_emptied(heap, page);
       return;
     }
     hk_free_remote(heap, page, b);

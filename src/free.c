@@ -17,7 +17,7 @@ void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b) {
   hk_block *first = page->free;
   hk_link_set(b, first, page->key);
   page->free = b;
-  if ((int32_t)--page->used <= 0) hk_heap_page_emptied(heap, page);
+  if ((int32_t)--page->used < 0) hk_heap_page_emptied(heap, page);
 }
 
 /* The header of the mapping p lies in, or NULL if hakmem did not map it. */

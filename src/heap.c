@@ -53,14 +53,14 @@ static void full_remove(hk_heap *h, hk_page *p) {
   if (p->prev) p->prev->next = p->next; else h->full = p->next;
   if (p->next) p->next->prev = p->prev;
   p->next = p->prev = NULL;
-  p->used &= ~HK_USED_FULL;
+  hk_page_set_state(p, HK_USED_NORMAL);
 }
 
 /* The current page is the first of the class queue; direct[] exposes it to
  * the malloc fast path. In hardened mode direct[] stays empty so every
  * malloc takes the slow path, where the checks are. */
 static void set_direct(hk_heap *h, unsigned cls, hk_page *page) {
-  if (page != &hk_page_empty && page->nslabs == 1) page->used |= HK_USED_CURRENT;
+  if (page != &hk_page_empty && page->nslabs == 1) hk_page_set_state(page, HK_USED_CURRENT);
   h->direct[cls] = page;
   /* the lookup table's slots of this class are consecutive */
   for (unsigned i = hk_class_lut_first[cls]; i < HK_LUT_SLOTS && hk_class_lut[i] == cls; i++) h->by_size[i] = page;
@@ -69,7 +69,7 @@ static void set_direct(hk_heap *h, unsigned cls, hk_page *page) {
 /* The page stops being current (it stays live and queued): free() may now
  * find it empty. */
 static void uncurrent(hk_page *p) {
-  if (p != NULL) p->used &= ~HK_USED_CURRENT;
+  if (p != NULL && hk_page_is_current(p)) hk_page_set_state(p, HK_USED_NORMAL);
 }
 
 static void set_current(hk_heap *h, unsigned cls) {
@@ -188,8 +188,8 @@ void hk_thread_init_key(void) {
 
 static void abandon_page(hk_heap *h, hk_page *page) {
   hk_page_collect(page, HK_PAGE_ABANDONED);
-  page->used &= ~(HK_USED_FULL | HK_USED_CURRENT);
-  if (page->used == 0) {
+  hk_page_set_state(page, HK_USED_NORMAL);
+  if (hk_page_used(page) == 0) {
     release_page(h, page);
     return;
   }
@@ -250,7 +250,7 @@ void hk_abandoned_sweep(void) {
       next = p->next;
       if (!(atomic_load_explicit(&p->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)) continue;
       hk_page_collect(p, HK_PAGE_ABANDONED);
-      if (p->used == 0) {
+      if (hk_page_used(p) == 0) {
         queue_remove(&abandoned[c], p);
         atomic_fetch_sub_explicit(&abandoned_count[c], 1, memory_order_relaxed);
         hk_region_free_span(p);
@@ -288,7 +288,7 @@ static bool park_full(hk_heap *h, hk_page *page) {
                                                memory_order_acq_rel, memory_order_relaxed))
     return false;
   queue_remove(&h->queues[page->cls], page);
-  page->used = (page->used & ~HK_USED_CURRENT) | HK_USED_FULL;
+  hk_page_set_state(page, HK_USED_FULL);
   page->prev = NULL;
   page->next = h->full;
   if (h->full) h->full->prev = page;

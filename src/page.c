@@ -38,7 +38,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->key = page->free_key = page_key(page);
   page->cls = (uint8_t)cls;
   page->free = (hk_block *)r; /* empty list: ends at the region base */
-  page->used = 0;
+  page->used = (uint32_t)HK_USED_NORMAL;
   page->capacity = 0;
   atomic_store_explicit(&page->remote, HK_PAGE_NORMAL, memory_order_relaxed);
   /* area grows as blocks are carved (hk_page_extend): free() of a block
