@@ -107,7 +107,6 @@ int hk_trim(void) {
   int saved = errno;
   hk_heap *h = hk_tls_heap;
   if (h != &hk_heap_empty) hk_heap_collect(h, true);
-  hk_xfer_drain(true);
   hk_abandoned_sweep();
   bool released = hk_large_trim(true);
   released |= hk_region_purge(true);

@@ -204,7 +204,7 @@ static void abandon_page(hk_heap *h, hk_page *page) {
 }
 
 static void heap_abandon(hk_heap *h) {
-  hk_foreign_flush_all(h, true);
+  hk_foreign_flush_all(h);
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
     hk_page *p;
     while ((p = h->queues[c].first) != NULL) {
@@ -497,9 +497,8 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
 static void *alloc_in_class(hk_heap *h, size_t size, unsigned cls) {
   hk_page *page = h->queues[cls].first;
   if (page == NULL || hk_list_end(page->free)) {
-    /* blocks of other threads this thread freed come first: hot in its
-     * cache; then a batch other threads freed */
-    if (h->foreign[cls] != NULL || hk_xfer_take(h, cls)) return hk_foreign_pop(h, cls);
+    /* blocks of other threads this thread freed come first: hot in its cache */
+    if (h->foreign[cls] != NULL) return hk_foreign_pop(h, cls);
     page = find_page(h, cls);
   }
   if (page == NULL) {
@@ -544,7 +543,7 @@ void *hk_alloc_class(size_t size, unsigned cls) {
 
 /* Collect remote frees and give back empty pages (malloc_trim, thread exit). */
 void hk_heap_collect(hk_heap *h, bool release_all) {
-  hk_foreign_flush_all(h, false);
+  hk_foreign_flush_all(h);
   rescue_full(h);
   purge_blocks(h, true);
   for (unsigned c = 0; c < HK_NCLASSES; c++) {

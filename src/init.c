@@ -50,11 +50,10 @@ void hk_init(void) {
 
 __attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }
 
-/* Lock order: purger, heap pool, abandoned pages, transfer cache, large cache, regions. */
+/* Lock order: purger, heap pool, abandoned pages, large cache, regions. */
 void hk_fork_prepare(void) {
   hk_purger_fork_prepare();
   hk_heap_fork_lock();
-  pthread_mutex_lock(&hk_xfer_lock);
   pthread_mutex_lock(&hk_large_lock);
   pthread_mutex_lock(&hk_region_lock);
 }
@@ -62,7 +61,6 @@ void hk_fork_prepare(void) {
 static void unlock_all(void) {
   pthread_mutex_unlock(&hk_region_lock);
   pthread_mutex_unlock(&hk_large_lock);
-  pthread_mutex_unlock(&hk_xfer_lock);
   hk_heap_fork_unlock();
 }
 

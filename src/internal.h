@@ -294,17 +294,13 @@ HK_INLINE bool hk_is_block_start(const hk_page *page, uint32_t off) {
 typedef struct hk_page_queue { hk_page *first, *last; } hk_page_queue;
 
 typedef struct hk_heap_stats {
-  uint64_t pages_acquired, pages_released, remote_frees, pages_adopted, foreign_reused, xfer_takes;
+  uint64_t pages_acquired, pages_released, remote_frees, pages_adopted, foreign_reused;
 } hk_heap_stats;
 
 /* Remote-freed blocks a heap keeps for its own mallocs (remote.c): at most
  * this many bytes in all, and per class as hk_class_foreign_max says. */
 #define HK_FOREIGN_BYTES ((uint32_t)64 << 10)
 #define HK_FOREIGN_CLASS_BYTES ((uint32_t)8 << 10)
-/* ...and blocks in the process-wide transfer cache, at most (remote.c) */
-#ifndef HK_XFER_BYTES
-#define HK_XFER_BYTES ((uint64_t)2 << 20)
-#endif
 
 #define HK_LUT_SLOTS ((HK_LUT_MAX + 7) / 8 + 1)
 typedef struct hk_heap {
@@ -398,7 +394,6 @@ typedef struct hk_stats {
   _Atomic uint64_t large_unmaps, large_remaps;
   _Atomic uint64_t heaps_created, threads_exited;
   _Atomic uint64_t blocks_purged, block_purge_bytes;
-  _Atomic uint64_t xfer_puts;
 } hk_stats_t;
 extern hk_stats_t hk_stats;
 #define hk_stat_add(field, n) atomic_fetch_add_explicit(&hk_stats.field, (n), memory_order_relaxed)
@@ -440,11 +435,7 @@ bool hk_page_contains_free(hk_page *page, hk_block *b);
 /* ---- remote.c: frees of other heaps' blocks ---- */
 void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b);
 void *hk_foreign_pop(hk_heap *h, unsigned cls);
-void hk_foreign_flush_all(hk_heap *h, bool to_xfer);
-extern pthread_mutex_t hk_xfer_lock;
-bool hk_xfer_take(hk_heap *h, unsigned cls);
-void hk_xfer_drain(bool force);
-bool hk_xfer_pending(void);
+void hk_foreign_flush_all(hk_heap *h);
 bool hk_foreign_tagged(const hk_page *page, const hk_block *b);
 
 /* ---- heap.c ---- */

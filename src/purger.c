@@ -27,7 +27,7 @@ static void nap_ms(long ms) {
   }
 }
 
-static bool pending(void) { return hk_region_pending() || hk_large_pending() || hk_xfer_pending(); }
+static bool pending(void) { return hk_region_pending() || hk_large_pending(); }
 
 static void *purger_main(void *arg) {
   (void)arg;
@@ -40,7 +40,6 @@ static void *purger_main(void *arg) {
     nap_ms(period);
     hk_region_purge(false);
     hk_large_trim(false);
-    hk_xfer_drain(false);
     hk_abandoned_sweep();
     /* Go idle only if nothing is left; a release racing with this either
      * shows up in pending() or sees idle == 1 and signals. */

@@ -58,8 +58,12 @@ HK_INLINE hk_block *foreign_next(const hk_block *b) { return (hk_block *)((&b->l
 
 bool hk_foreign_tagged(const hk_page *page, const hk_block *b) { return b->link == foreign_tag(page, b); }
 
-/* Give the chain b (linked through foreign_next) back to its pages. */
-static void give_back(hk_block *b) {
+/* Give every cached block of class cls back to its page. */
+static void foreign_flush(hk_heap *h, unsigned cls) {
+  hk_block *b = h->foreign[cls];
+  h->foreign[cls] = NULL;
+  h->foreign_bytes -= (uint32_t)h->foreign_count[cls] * hk_class_size[cls];
+  h->foreign_count[cls] = 0;
   while (b != NULL) {
     hk_page *page = hk_page_of(hk_region_of(b), b);
     hk_block *first = b, *last = b, *next = foreign_next(b);
@@ -77,117 +81,9 @@ static void give_back(hk_block *b) {
   }
 }
 
-/* ---- the transfer cache ----
- * A heap's cached blocks of one class that overflow its foreign cache go,
- * as one batch, to a process-wide cache per class, from which any heap
- * takes a whole batch when its current page and its own foreign cache are
- * empty (hk_xfer_take). Blocks freed by one thread thus serve another
- * thread's mallocs without going back to the page they came from, where only
- * the page's owner could reuse them: an owner that stops allocating (a main
- * thread waiting in pthread_join, larson_16) kept every block the others
- * freed into its pages, and the others took new pages. It is bounded
- * (XFER_BATCHES per class, HK_XFER_BYTES in all); past that, a batch goes
- * back to its pages as before. malloc_trim gives it all back, and so does
- * the purger once it has been unused for a purge delay. */
-#define XFER_BATCHES 8
-#define XFER_MIN_BLOCKS 4 /* smaller leftovers go back to their pages */
-typedef struct xfer_class {
-  hk_block *batch[XFER_BATCHES];
-  uint16_t count[XFER_BATCHES];
-} xfer_class;
-pthread_mutex_t hk_xfer_lock = PTHREAD_MUTEX_INITIALIZER;
-static xfer_class xfer[HK_NCLASSES];          /* hk_xfer_lock */
-static _Atomic uint8_t xfer_batches[HK_NCLASSES]; /* batches held: written under the lock, read as a hint */
-static _Atomic uint64_t xfer_bytes;             /* written under the lock */
-static _Atomic uint64_t xfer_used_ms;           /* last put or take */
-
-static bool xfer_put(unsigned cls, hk_block *b, uint32_t n) {
-  uint64_t bytes = (uint64_t)n * hk_class_size[cls];
-  bool done = false;
-  pthread_mutex_lock(&hk_xfer_lock);
-  unsigned k = atomic_load_explicit(&xfer_batches[cls], memory_order_relaxed);
-  uint64_t total = atomic_load_explicit(&xfer_bytes, memory_order_relaxed);
-  if (k < XFER_BATCHES && total + bytes <= HK_XFER_BYTES) {
-    xfer[cls].batch[k] = b;
-    xfer[cls].count[k] = (uint16_t)n;
-    atomic_store_explicit(&xfer_batches[cls], (uint8_t)(k + 1), memory_order_relaxed);
-    atomic_store_explicit(&xfer_bytes, total + bytes, memory_order_relaxed);
-    done = true;
-  }
-  pthread_mutex_unlock(&hk_xfer_lock);
-  if (done) {
-    atomic_store_explicit(&xfer_used_ms, hk_os_now_ms(), memory_order_relaxed);
-    hk_stat_add(xfer_puts, 1);
-  }
-  return done;
-}
-
-/* Refill h's (empty) foreign cache of class cls with a batch. */
-bool hk_xfer_take(hk_heap *h, unsigned cls) {
-  if (atomic_load_explicit(&xfer_batches[cls], memory_order_relaxed) == 0) return false;
-  hk_block *b = NULL;
-  uint32_t n = 0;
-  pthread_mutex_lock(&hk_xfer_lock);
-  unsigned k = atomic_load_explicit(&xfer_batches[cls], memory_order_relaxed);
-  if (k > 0) {
-    b = xfer[cls].batch[k - 1];
-    n = xfer[cls].count[k - 1];
-    atomic_store_explicit(&xfer_batches[cls], (uint8_t)(k - 1), memory_order_relaxed);
-    atomic_store_explicit(&xfer_bytes,
-                          atomic_load_explicit(&xfer_bytes, memory_order_relaxed) - (uint64_t)n * hk_class_size[cls],
-                          memory_order_relaxed);
-  }
-  pthread_mutex_unlock(&hk_xfer_lock);
-  if (b == NULL) return false;
-  h->foreign[cls] = b;
-  h->foreign_count[cls] = (uint16_t)n;
-  h->foreign_bytes += n * hk_class_size[cls];
-  h->stats.xfer_takes++;
-  return true;
-}
-
-/* Give every batch back to its pages (malloc_trim; the purger, when the
- * cache has been unused for a purge delay, or with force). */
-void hk_xfer_drain(bool force) {
-  if (atomic_load_explicit(&xfer_bytes, memory_order_relaxed) == 0) return;
-  if (!force && hk_os_now_ms() < atomic_load_explicit(&xfer_used_ms, memory_order_relaxed) + (uint64_t)hk_opt.purge_delay_ms)
-    return;
-  for (unsigned c = 0; c < HK_NCLASSES; c++) {
-    if (atomic_load_explicit(&xfer_batches[c], memory_order_relaxed) == 0) continue;
-    hk_block *batches[XFER_BATCHES];
-    unsigned k;
-    pthread_mutex_lock(&hk_xfer_lock);
-    k = atomic_load_explicit(&xfer_batches[c], memory_order_relaxed);
-    uint64_t bytes = 0;
-    for (unsigned i = 0; i < k; i++) {
-      batches[i] = xfer[c].batch[i];
-      bytes += (uint64_t)xfer[c].count[i] * hk_class_size[c];
-    }
-    atomic_store_explicit(&xfer_batches[c], 0, memory_order_relaxed);
-    atomic_store_explicit(&xfer_bytes, atomic_load_explicit(&xfer_bytes, memory_order_relaxed) - bytes,
-                          memory_order_relaxed);
-    pthread_mutex_unlock(&hk_xfer_lock);
-    for (unsigned i = 0; i < k; i++) give_back(batches[i]);
-  }
-}
-
-bool hk_xfer_pending(void) { return atomic_load_explicit(&xfer_bytes, memory_order_relaxed) != 0; }
-
-/* Empty the foreign cache of class cls: to the transfer cache if it takes
- * the batch (and to_xfer), else back to the blocks' pages. */
-static void foreign_flush(hk_heap *h, unsigned cls, bool to_xfer) {
-  hk_block *b = h->foreign[cls];
-  uint32_t n = h->foreign_count[cls];
-  h->foreign[cls] = NULL;
-  h->foreign_bytes -= n * hk_class_size[cls];
-  h->foreign_count[cls] = 0;
-  if (to_xfer && n >= XFER_MIN_BLOCKS && xfer_put(cls, b, n)) return;
-  give_back(b);
-}
-
-void hk_foreign_flush_all(hk_heap *h, bool to_xfer) {
+void hk_foreign_flush_all(hk_heap *h) {
   for (unsigned c = 0; c < HK_NCLASSES && h->foreign_bytes != 0; c++)
-    if (h->foreign[c] != NULL) foreign_flush(h, c, to_xfer);
+    if (h->foreign[c] != NULL) foreign_flush(h, c);
 }
 
 void *hk_foreign_pop(hk_heap *h, unsigned cls) {
@@ -237,8 +133,8 @@ void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b) {
     return;
   }
   uint32_t bs = hk_class_size[cls];
-  if (self->foreign_count[cls] >= hk_class_foreign_max[cls]) foreign_flush(self, cls, true);
-  if (self->foreign_bytes + bs > HK_FOREIGN_BYTES) hk_foreign_flush_all(self, true);
+  if (self->foreign_count[cls] >= hk_class_foreign_max[cls]) foreign_flush(self, cls);
+  if (self->foreign_bytes + bs > HK_FOREIGN_BYTES) hk_foreign_flush_all(self);
   b->link = foreign_tag(page, b);
   (&b->link)[1] = (uintptr_t)self->foreign[cls] ^ hk_key;
   self->foreign[cls] = b;

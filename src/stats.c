@@ -23,7 +23,6 @@ void hk_stats_merge_heap(hk_heap *h) {
   exited.remote_frees += h->stats.remote_frees;
   exited.pages_adopted += h->stats.pages_adopted;
   exited.foreign_reused += h->stats.foreign_reused;
-  exited.xfer_takes += h->stats.xfer_takes;
   pthread_mutex_unlock(&hk_heap_lock);
 }
 
@@ -50,7 +49,6 @@ void hk_stats_print(void) {
     t.remote_frees += h->stats.remote_frees;
     t.pages_adopted += h->stats.pages_adopted;
     t.foreign_reused += h->stats.foreign_reused;
-    t.xfer_takes += h->stats.xfer_takes;
   }
   static const char head[] = "hakmem: statistics (hakmem 0.1.0)\n";
   hk_os_write_stderr(head, sizeof head - 1);
@@ -69,8 +67,6 @@ void hk_stats_print(void) {
   line("pages adopted from exited threads", t.pages_adopted, NULL);
   line("remote frees", t.remote_frees, NULL);
   line("remote-freed blocks reused by the freer", t.foreign_reused, NULL);
-  line("batches put in the transfer cache", LOAD(xfer_puts), NULL);
-  line("batches taken from it", t.xfer_takes, NULL);
   hk_os_write_stderr("hakmem: large tier (direct mappings)\n", 37);
   line("large allocations", LOAD(large_allocs), NULL);
   line("large frees", LOAD(large_frees), NULL);

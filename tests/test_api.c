@@ -1054,61 +1054,6 @@ static double now_s(void) {
     fflush(stdout);                                              \
   } while (0)
 
-/* Blocks one thread frees for another (remote frees) serve a third
- * thread's mallocs through the transfer cache (src/remote.c), not only the
- * owner's; malloc_trim gives them back to their pages. The main thread owns
- * the blocks and, like larson's main thread, allocates nothing meanwhile. */
-#ifdef HAKMEM_TEST_SECURE_DEFAULT
-#define HKT_SECURE_DEFAULT 1
-#else
-#define HKT_SECURE_DEFAULT 0
-#endif
-#define REUSE_N 512
-static void *reuse_ptrs[REUSE_N];
-static void *reuse_free_all(void *arg) {
-  (void)arg;
-  void *mine = API(malloc)(16); /* a heap of its own: remote frees are cached */
-  CHECK(mine != NULL, "malloc failed");
-  for (int i = 0; i < REUSE_N; i++) API(free)(reuse_ptrs[i]);
-  API(free)(mine);
-  return NULL;
-}
-static void *reuse_count(void *arg) {
-  void *got[REUSE_N];
-  size_t hits = 0;
-  for (int i = 0; i < REUSE_N; i++) {
-    got[i] = API(malloc)(48);
-    CHECK(got[i] != NULL, "malloc failed");
-    for (int k = 0; k < REUSE_N; k++)
-      if (got[i] == reuse_ptrs[k]) hits++;
-  }
-  for (int i = 0; i < REUSE_N; i++) API(free)(got[i]);
-  *(size_t *)arg = hits;
-  return NULL;
-}
-static size_t reuse_round(bool trim_between) {
-  for (int i = 0; i < REUSE_N; i++) {
-    reuse_ptrs[i] = API(malloc)(48);
-    CHECK(reuse_ptrs[i] != NULL, "malloc failed");
-  }
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, reuse_free_all, NULL) == 0, "pthread_create failed");
-  pthread_join(t, NULL);
-  if (trim_between) API(malloc_trim)(0);
-  size_t hits = 0;
-  CHECK(pthread_create(&t, NULL, reuse_count, &hits) == 0, "pthread_create failed");
-  pthread_join(t, NULL);
-  return hits;
-}
-static void test_remote_reuse(void) {
-  const char *secure = getenv("HAKMEM_SECURE");
-  if (HKT_SECURE_DEFAULT || (secure != NULL && strcmp(secure, "0") != 0)) return; /* no caches in hardened mode */
-  size_t hits = reuse_round(false);
-  CHECK(hits >= REUSE_N / 2, "only %zu of %d blocks freed by another thread were reused by a third", hits, REUSE_N);
-  hits = reuse_round(true);
-  CHECK(hits == 0, "%zu blocks were still cached after malloc_trim", hits);
-}
-
 int main(void) {
   compute_classes();
   pool_reserve(16384);
@@ -1139,7 +1084,6 @@ int main(void) {
   RUN(test_libc_extras);
 #endif
   RUN(test_size_class_bounds);
-  RUN(test_remote_reuse);
   API(free)(pool);
   printf("test_api [%s]: all passed\n", API_MODE);
   return 0;

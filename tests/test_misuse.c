@@ -214,41 +214,6 @@ static void double_free_kept_then_third(void) {
   pthread_create(&t, NULL, thread_free, hkt_opaque_ptr(p));
   pthread_join(t, NULL);
 }
-/* The same, with the block moved on to the process-wide transfer cache: the
- * keeper frees more blocks of the class than its own cache holds (64), so
- * the first ones go there as a batch. */
-#define XFER_FILL 100
-static void *xfer_blocks[XFER_FILL];
-static void *xfer_keeper(void *arg) {
-  (void)arg;
-  void *mine = API(malloc)(16);
-  CHECK(mine != NULL, "malloc failed");
-  for (int i = 0; i < XFER_FILL; i++) API(free)(xfer_blocks[i]);
-  pthread_barrier_wait(&keeper_freed);
-  pthread_barrier_wait(&keeper_done);
-  return NULL;
-}
-static void *start_xfer_keeper(void) {
-  for (int i = 0; i < XFER_FILL; i++) {
-    xfer_blocks[i] = API(malloc)(40);
-    CHECK(xfer_blocks[i] != NULL, "malloc failed");
-  }
-  void *other = API(malloc)(40); /* keeps the page in use */
-  CHECK(other != NULL, "malloc failed");
-  pthread_barrier_init(&keeper_freed, NULL, 2);
-  pthread_barrier_init(&keeper_done, NULL, 2);
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, xfer_keeper, NULL) == 0, "pthread_create failed");
-  pthread_barrier_wait(&keeper_freed);
-  return xfer_blocks[0];
-}
-static void double_free_xfer_then_owner(void) { API(free)(hkt_opaque_ptr(start_xfer_keeper())); }
-static void double_free_xfer_then_third(void) {
-  void *p = start_xfer_keeper();
-  pthread_t t;
-  pthread_create(&t, NULL, thread_free, hkt_opaque_ptr(p));
-  pthread_join(t, NULL);
-}
 static void *free_twice(void *p) {
   void *mine = API(malloc)(16);
   CHECK(mine != NULL, "malloc failed");
@@ -347,8 +312,6 @@ static const mcase cases[] = {
     {"double free by the owner of a block a live thread freed", double_free_kept_then_owner, 0, SIGABRT, NULL},
     {"double free by a third thread of a block a live thread freed", double_free_kept_then_third, 0, SIGABRT, NULL},
     {"double free, both by the same other thread", double_free_same_other_thread, 0, SIGABRT, NULL},
-    {"double free by the owner of a block in the transfer cache", double_free_xfer_then_owner, 0, SIGABRT, NULL},
-    {"double free by a third thread of a block in the transfer cache", double_free_xfer_then_third, 0, SIGABRT, NULL},
 };
 
 static int secure_level;
