@@ -13,7 +13,7 @@
 #include <errno.h>
 #include <string.h>
 
-hk_page hk_page_empty;
+hk_page hk_page_empty = {.used = (uint32_t)HK_USED_NORMAL}; /* no blocks, normal state */
 hk_heap hk_heap_empty = {.by_size = {[0 ... HK_LUT_SLOTS - 1] = &hk_page_empty},
                          .direct = {[0 ... HK_NCLASSES - 1] = &hk_page_empty}};
 __thread hk_heap *hk_tls_heap __attribute__((tls_model("initial-exec"))) = &hk_heap_empty;
