@@ -74,6 +74,15 @@ void *hk_realloc(void *p, size_t size) {
     void *q = hk_large_realloc(r, p, size);
     if (q != NULL) return q;
   }
+  /* A block alone in its span grows or shrinks in place where it can
+   * (heap.c, hk_heap_resize_span_block). */
+  if (r->kind != HK_KIND_LARGE && !hk_secure && size > HK_SLAB_SIZE / 2 && size <= HK_MEDIUM_MAX) {
+    hk_page *page = hk_page_of(r, p);
+    hk_heap *h = hk_tls_heap;
+    if (hk_span_block(page) && atomic_load_explicit(&page->heap, memory_order_relaxed) == h &&
+        hk_heap_resize_span_block(h, page, size))
+      return p;
+  }
   /* The block stays where it is only if it is as aligned as malloc(size)
    * would be: 16 bytes, unless size's class is an odd multiple of 8
    * (24, 40, ... 120 B), whose blocks are 8-aligned. */
@@ -96,7 +105,14 @@ void *hk_realloc(void *p, size_t size) {
     want = size + size / 4;
     if (want > HK_MEDIUM_MAX) want = HK_MEDIUM_MAX;
   }
-  void *q = hk_malloc_fast(want);
+  /* From a slab's worth up, a growing block moves into a span of its own,
+   * with free slabs after it where possible, so its next steps are in place. */
+  void *q = NULL;
+  if (size > usable && want >= HK_SLAB_SIZE && want <= HK_MEDIUM_MAX && !hk_secure) {
+    hk_heap *h = hk_heap_get();
+    if (h != NULL) q = hk_heap_alloc_span_block(h, want);
+  }
+  if (q == NULL) q = hk_malloc_fast(want);
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   memcpy(q, p, size < usable ? size : usable);
   hk_free_fast(p);

@@ -403,8 +403,12 @@ void hk_stats_print(void);
 
 /* ---- region.c: slab spans, shared by all threads (one lock, off the fast path) ---- */
 extern pthread_mutex_t hk_region_lock;
-hk_page *hk_region_alloc_span(unsigned nslabs, unsigned cls, bool *clean); /* NULL on OOM; clean: no slab of it holds committed memory */
+/* NULL on OOM; clean: no slab of it holds committed memory; room: prefer a
+ * run followed by this many free slabs */
+hk_page *hk_region_alloc_span(unsigned nslabs, unsigned cls, bool *clean, unsigned room);
 void hk_region_free_span(hk_page *page);
+bool hk_region_grow_span(hk_page *page, unsigned nslabs);   /* take the free slabs after it, if free */
+void hk_region_shrink_span(hk_page *page, unsigned nslabs); /* give back its tail slabs */
 void hk_region_register(void *base);
 void hk_region_unregister(void *base);
 bool hk_region_purge(bool force);                 /* true if memory was released */
@@ -443,6 +447,9 @@ void *hk_malloc_slow(hk_heap *heap, size_t size);
 hk_heap *hk_heap_get(void);                       /* this thread's heap, created if needed */
 void hk_heap_page_emptied(hk_heap *heap, hk_page *page);
 void hk_heap_collect(hk_heap *heap, bool release_all);
+bool hk_span_block(const hk_page *page);
+bool hk_heap_resize_span_block(hk_heap *heap, hk_page *page, size_t size);
+void *hk_heap_alloc_span_block(hk_heap *heap, size_t size);
 void hk_abandoned_sweep(void);
 void hk_thread_init_key(void);
 extern pthread_mutex_t hk_heap_lock, hk_abandoned_lock;

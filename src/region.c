@@ -207,20 +207,35 @@ bool hk_region_purge(bool force) {
   return released;
 }
 
-hk_page *hk_region_alloc_span(unsigned n, unsigned cls, bool *clean) {
+hk_page *hk_region_alloc_span(unsigned n, unsigned cls, bool *clean, unsigned room) {
   pthread_mutex_lock(&hk_region_lock);
   maybe_purge_locked();
   /* Prefer, in order: a committed run this class used last (see below),
    * committed slabs in a region in use, clean slabs in a region in use,
    * then empty regions (so those can be given back). Without a same-class
-   * run the search visits every region with free slabs. */
+   * run the search visits every region with free slabs. With room, above
+   * all that: a run followed by `room` more free slabs, for a block that
+   * may grow in place (hk_region_grow_span). */
   hk_region *best = NULL;
   uint32_t best_runs = 0;
-  int best_score = -1;
-  for (hk_region *r = regions; r != NULL && r->free_mask != 0 && best_score < 4; r = r->next) {
+  int best_score = -1, enough = room ? 10 : 4;
+  for (hk_region *r = regions; r != NULL && r->free_mask != 0 && best_score < enough; r = r->next) {
     uint32_t runs = runs_of(r->free_mask, n);
     if (!runs) continue;
     uint32_t dirty_runs = runs_of(r->free_mask & r->dirty_mask, n);
+    uint32_t roomy = room ? runs & runs_of(r->free_mask, n + room) : 0;
+    if (roomy) {
+      /* best: the room committed too, so growing reuses memory */
+      uint32_t all_dirty = runs_of(r->free_mask & r->dirty_mask, n + room);
+      uint32_t pick = all_dirty ? all_dirty : (roomy & dirty_runs) ? roomy & dirty_runs : roomy;
+      int score = all_dirty ? 10 : 8 + ((roomy & dirty_runs) != 0);
+      if (score > best_score) {
+        best = r;
+        best_score = score;
+        best_runs = pick;
+      }
+      continue;
+    }
     /* Best of all: a committed run that a page of this very class used
      * last. Its committed memory is where the new page will carve (blocks
      * at the same offsets), so a slab recycled between threads of a
@@ -289,6 +304,57 @@ void hk_region_free_span(hk_page *page) {
   if (now >= next_purge_ms) purge_locked(now, false);
   pthread_mutex_unlock(&hk_region_lock);
   hk_purge_poke = true; /* the caller wakes the purger once its state is consistent */
+}
+
+/* Resizing a span in place (a block alone in its span, see hk_realloc). */
+static uint32_t slab_bits(unsigned first, unsigned n) { return (n >= 32 ? ~0u : ((1u << n) - 1)) << first; }
+
+bool hk_region_grow_span(hk_page *page, unsigned n) {
+  hk_region *r = hk_region_of(page);
+  unsigned i = (unsigned)(page - r->pages), old = page->nslabs;
+  if (n <= old || i + n > HK_SLABS) return false;
+  uint32_t add = slab_bits(i + old, n - old);
+  pthread_mutex_lock(&hk_region_lock);
+  if ((r->free_mask & add) != add) {
+    pthread_mutex_unlock(&hk_region_lock);
+    return false;
+  }
+  r->free_mask &= ~add;
+  r->dirty_mask &= ~add;
+  if (r->dirty_mask == 0) r->purge_at_ms = 0;
+  if (r->free_mask == 0 && r != regions_tail) {
+    list_unlink(r);
+    list_push_back(r);
+  }
+  memset(page + old, 0, (n - old) * sizeof(hk_page));
+  for (unsigned k = old; k < n; k++) page[k].back = (uint16_t)(k * sizeof(hk_page));
+  table_set(r, i + old, n - old, page);
+  page->nslabs = (uint8_t)n;
+  hk_stat_peak(&hk_stats.slabs_peak, hk_stat_add(slabs_in_use, n - old) + (n - old));
+  pthread_mutex_unlock(&hk_region_lock);
+  return true;
+}
+
+void hk_region_shrink_span(hk_page *page, unsigned n) {
+  hk_region *r = hk_region_of(page);
+  unsigned i = (unsigned)(page - r->pages), old = page->nslabs;
+  if (n == 0 || n >= old) return;
+  uint32_t tail = slab_bits(i + n, old - n);
+  uint8_t last = (uint8_t)(page->cls + 1);
+  pthread_mutex_lock(&hk_region_lock);
+  memset(page + n, 0, (old - n) * sizeof(hk_page));
+  for (unsigned k = n; k < old; k++) page[k].last_cls = last;
+  page->nslabs = (uint8_t)n;
+  if (r->free_mask == 0 && r != regions) {
+    list_unlink(r);
+    list_push_front(r);
+  }
+  r->free_mask |= tail;
+  r->dirty_mask |= tail;
+  if (r->purge_at_ms == 0) r->purge_at_ms = hk_os_now_ms() + (uint64_t)hk_opt.purge_delay_ms;
+  atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, old - n, memory_order_relaxed);
+  pthread_mutex_unlock(&hk_region_lock);
+  hk_purge_poke = true;
 }
 
 bool hk_region_pending(void) {

@@ -682,6 +682,86 @@ static void test_realloc_shrink_keeps(void) {
   }
 }
 
+/* A block alone in its span (64 KiB multiples up to 1 MiB) grows into the
+ * free slabs after it and shrinks by giving back its tail, without moving.
+ * A buffer grown by realloc past 64 KiB gets such a span, placed with free
+ * slabs after it, so its next steps stay in place; hardened mode keeps its
+ * own realloc (canary and trailer), where none of this applies. */
+static void test_realloc_in_place(void) {
+  const char *sec = getenv("HAKMEM_SECURE");
+  bool secure = sec != NULL && atoi(sec) > 0;
+  unsigned char *p = (unsigned char *)API(malloc)(40 * KiB);
+  CHECK(p != NULL, "malloc(40 KiB) failed");
+  uint64_t seed = seed_counter++;
+  size_t len = 40 * KiB;
+  hkt_fill(p, len, seed);
+  /* 40 KiB -> 70 KiB moves into a span of its own (room: 70 + 70/4 KiB -> two slabs) */
+  unsigned char *q = (unsigned char *)API(realloc)(p, 70 * KiB);
+  CHECK(q != NULL, "realloc(40 KiB -> 70 KiB) failed");
+  CHECK(hkt_verify(q, len, seed) == HKT_OK, "realloc(40 KiB -> 70 KiB) lost data");
+  if (!secure) CHECK(usable_of(q) == 128 * KiB, "a growing 70 KiB block: usable %zu, expected a 128 KiB span", usable_of(q));
+  seed = seed_counter++;
+  len = 70 * KiB;
+  hkt_fill(q, len, seed);
+  /* then it grows in place, a slab at a time, up to twice its first span */
+  static const size_t grow[] = {130 * KiB, 190 * KiB, 256 * KiB};
+  for (size_t i = 0; i < sizeof grow / sizeof grow[0]; i++) {
+    unsigned char *r = (unsigned char *)API(realloc)(q, grow[i]);
+    CHECK(r != NULL, "realloc(-> %zu) failed", grow[i]);
+    if (!secure) {
+      CHECK(r == q, "realloc(%zu -> %zu) moved the block (%p -> %p): the slabs after it were free", len, grow[i],
+            (void *)q, (void *)r);
+      CHECK(usable_of(r) == (grow[i] + 64 * KiB - 1) / (64 * KiB) * (64 * KiB), "realloc(-> %zu): usable %zu",
+            grow[i], usable_of(r));
+    }
+    CHECK(hkt_verify(r, len, seed) == HKT_OK, "realloc(%zu -> %zu) lost data", len, grow[i]);
+    seed = seed_counter++;
+    len = grow[i];
+    hkt_fill(r, len, seed);
+    q = r;
+  }
+  /* shrinking gives back the tail in place */
+  static const size_t shrink[] = {200 * KiB, 100 * KiB, 60 * KiB};
+  for (size_t i = 0; i < sizeof shrink / sizeof shrink[0]; i++) {
+    unsigned char *r = (unsigned char *)API(realloc)(q, shrink[i]);
+    CHECK(r != NULL, "realloc(-> %zu) failed", shrink[i]);
+    if (!secure) {
+      CHECK(r == q, "realloc(%zu -> %zu) moved the block", len, shrink[i]);
+      CHECK(usable_of(r) == (shrink[i] + 64 * KiB - 1) / (64 * KiB) * (64 * KiB), "realloc(-> %zu): usable %zu",
+            shrink[i], usable_of(r));
+    }
+    CHECK(hkt_verify(r, shrink[i], seed) == HKT_OK, "realloc(%zu -> %zu) lost data", len, shrink[i]);
+    len = shrink[i];
+    q = r;
+  }
+  /* the slabs given back serve new blocks, which must not overlap it */
+  unsigned char *others[8];
+  for (int i = 0; i < 8; i++) {
+    others[i] = (unsigned char *)API(malloc)(64 * KiB);
+    CHECK(others[i] != NULL, "malloc(64 KiB) failed");
+    memset(others[i], 0xa5, 64 * KiB);
+  }
+  CHECK(hkt_verify(q, len, seed) == HKT_OK, "a shrunk block was overwritten by later blocks");
+  for (int i = 0; i < 8; i++) API(free)(others[i]);
+  API(free)(q);
+
+  /* a span block from plain malloc (a class of one block per page, the
+   * class's current page) resizes too, and its class keeps working */
+  for (int round = 0; round < 3; round++) {
+    unsigned char *a = (unsigned char *)API(malloc)(128 * KiB);
+    CHECK(a != NULL, "malloc(128 KiB) failed");
+    seed = seed_counter++;
+    hkt_fill(a, 128 * KiB, seed);
+    unsigned char *b = (unsigned char *)API(realloc)(a, 300 * KiB);
+    CHECK(b != NULL, "realloc(128 KiB -> 300 KiB) failed");
+    CHECK(hkt_verify(b, 128 * KiB, seed) == HKT_OK, "realloc(128 KiB -> 300 KiB) lost data");
+    unsigned char *c = (unsigned char *)API(malloc)(128 * KiB);
+    CHECK(c != NULL && (c + 128 * KiB <= b || c >= b + 300 * KiB), "malloc(128 KiB) after a resize overlaps it");
+    API(free)(c);
+    API(free)(b);
+  }
+}
+
 static void test_realloc_huge(void) {
   size_t starts[] = {100, 200000, 3 * MiB};
   size_t huge[] = {SIZE_MAX, SIZE_MAX - 4096, SIZE_MAX - 2 * MiB, (size_t)PTRDIFF_MAX, (size_t)1 << 48};
@@ -1073,6 +1153,7 @@ int main(void) {
   RUN(test_realloc_basic);
   RUN(test_realloc_tiers);
   RUN(test_realloc_shrink_keeps);
+  RUN(test_realloc_in_place);
   RUN(test_realloc_huge);
   RUN(test_free_errno);
   RUN(test_trim);

@@ -270,6 +270,15 @@ static void overflow_large_guard(void) {
   API(free)(p);
 }
 
+/* a pointer into the tail a block gave back when realloc shrank it in place */
+static void free_into_shrunk_tail(void) {
+  char *p = (char *)API(malloc)(512 * KiB);
+  CHECK(p != NULL, "malloc failed");
+  char *q = (char *)API(realloc)(p, 100 * KiB);
+  CHECK(q != NULL, "realloc failed");
+  API(free)(hkt_opaque_ptr(q + 256 * KiB));
+}
+
 /* level: the HAKMEM_SECURE level from which the case is detected (0: every
  * mode); below it the misuse goes unseen, as docs/SAFETY.md says, and the
  * child must simply exit (a guard-page case is skipped: without the guard
@@ -301,6 +310,7 @@ static const mcase cases[] = {
     {"double free of an aligned_alloc(1 MiB) block", double_free_aligned_large, 0, SIGABRT, NULL},
     {"realloc of a stack address", realloc_stack, 0, SIGABRT, NULL},
     {"free of a block never handed out", free_never_allocated, 0, SIGABRT, NULL},
+    {"free of a pointer into the tail a realloc shrink gave back", free_into_shrunk_tail, 0, SIGABRT, NULL},
     {"1-byte overflow of a 24-byte block (canary < 8 bytes)", overflow_1_byte_short_canary, 1, SIGABRT, "heap buffer overflow"},
     {"1-byte overflow of a 200-byte block", overflow_1_byte, 1, SIGABRT, "heap buffer overflow"},
     {"write 7 bytes past a 200-byte block", overflow_far, 1, SIGABRT, "heap buffer overflow"},
