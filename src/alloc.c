@@ -79,9 +79,11 @@ void *hk_realloc(void *p, size_t size) {
   if (r->kind != HK_KIND_LARGE && !hk_secure && size > HK_SLAB_SIZE / 2 && size <= HK_MEDIUM_MAX) {
     hk_page *page = hk_page_of(r, p);
     hk_heap *h = hk_tls_heap;
-    if (hk_span_block(page) && atomic_load_explicit(&page->heap, memory_order_relaxed) == h &&
-        hk_heap_resize_span_block(h, page, size))
+    if (atomic_load_explicit(&page->heap, memory_order_relaxed) == h && hk_span_block(page) &&
+        hk_heap_resize_span_block(h, page, size)) {
+      hk_purger_poke(); /* a shrink gave slabs back */
       return p;
+    }
   }
   /* The block stays where it is only if it is as aligned as malloc(size)
    * would be: 16 bytes, unless size's class is an odd multiple of 8
