@@ -282,17 +282,21 @@ static hk_page *adopt(hk_heap *h, unsigned cls) {
  * not revisit it. Fails if a remote free arrived meanwhile: the state and the
  * remote stack share one word, so a remote freer either sees FULL (and sets
  * remote_hint) or its block is seen here. */
+static void full_push(hk_heap *h, hk_page *page) {
+  hk_page_set_state(page, HK_USED_FULL);
+  page->prev = NULL;
+  page->next = h->full;
+  if (h->full) h->full->prev = page;
+  h->full = page;
+}
+
 static bool park_full(hk_heap *h, hk_page *page) {
   uintptr_t expect = HK_PAGE_NORMAL;
   if (!atomic_compare_exchange_strong_explicit(&page->remote, &expect, HK_PAGE_FULL,
                                                memory_order_acq_rel, memory_order_relaxed))
     return false;
   queue_remove(&h->queues[page->cls], page);
-  hk_page_set_state(page, HK_USED_FULL);
-  page->prev = NULL;
-  page->next = h->full;
-  if (h->full) h->full->prev = page;
-  h->full = page;
+  full_push(h, page);
   return true;
 }
 
@@ -604,11 +608,7 @@ void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
   page->used++;
   /* no other thread knows the page yet: park it directly */
   atomic_store_explicit(&page->remote, HK_PAGE_FULL, memory_order_relaxed);
-  hk_page_set_state(page, HK_USED_FULL);
-  page->prev = NULL;
-  page->next = h->full;
-  if (h->full) h->full->prev = page;
-  h->full = page;
+  full_push(h, page);
   return b;
 }
 
