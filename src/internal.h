@@ -154,7 +154,8 @@ typedef struct hk_page {
   uintptr_t free_key;        /* = key, for malloc, which reads only this line */
   _Atomic uintptr_t remote;  /* remote-free stack | state */
   struct hk_page *next, *prev; /* heap queue, full list or abandoned list */
-  uint8_t pad1[16];
+  uint64_t idle_ms;          /* abandoned and empty since (0: not empty), heap.c */
+  uint8_t pad1[8];
 } hk_page;
 
 _Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
@@ -389,7 +390,7 @@ size_t hk_fmt_dec(char *buf, uint64_t v);
 typedef struct hk_stats {
   _Atomic uint64_t regions_mapped, regions_unmapped, regions_live, regions_peak;
   _Atomic uint64_t slabs_in_use, slabs_peak, slabs_purged, purge_calls;
-  _Atomic uint64_t pages_acquired, pages_released, pages_adopted, remote_frees;
+  _Atomic uint64_t abandoned_released; /* empty pages of exited threads given back */
   _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
   _Atomic uint64_t large_unmaps, large_remaps;
   _Atomic uint64_t heaps_created, threads_exited;
@@ -450,7 +451,8 @@ void hk_heap_collect(hk_heap *heap, bool release_all);
 bool hk_span_block(const hk_page *page);
 bool hk_heap_resize_span_block(hk_heap *heap, hk_page *page, size_t size);
 void *hk_heap_alloc_span_block(hk_heap *heap, size_t size);
-void hk_abandoned_sweep(void);
+void hk_abandoned_sweep(bool trim, bool force);
+uint32_t hk_abandoned_empty(void);                 /* empty pages of exited threads kept now */
 void hk_thread_init_key(void);
 extern pthread_mutex_t hk_heap_lock, hk_abandoned_lock;
 

@@ -27,7 +27,7 @@ static void nap_ms(long ms) {
   }
 }
 
-static bool pending(void) { return hk_region_pending() || hk_large_pending(); }
+static bool pending(void) { return hk_region_pending() || hk_large_pending() || hk_abandoned_empty() != 0; }
 
 static void *purger_main(void *arg) {
   (void)arg;
@@ -40,7 +40,7 @@ static void *purger_main(void *arg) {
     nap_ms(period);
     hk_region_purge(false);
     hk_large_trim(false);
-    hk_abandoned_sweep();
+    hk_abandoned_sweep(true, false);
     /* Go idle only if nothing is left; a release racing with this either
      * shows up in pending() or sees idle == 1 and signals. */
     atomic_store(&idle, 1);

@@ -12,7 +12,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NTHREADS 5000
@@ -101,6 +103,87 @@ static size_t rss_bytes(void) {
   return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+/* RSS read with plain system calls: fopen would allocate, and an
+ * allocator call could do the purging this test expects to happen alone. */
+static size_t rss_quiet(void) {
+  char buf[128];
+  int fd = open("/proc/self/statm", O_RDONLY);
+  CHECK(fd >= 0, "cannot open /proc/self/statm: %s", strerror(errno));
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  CHECK(n > 0, "cannot read /proc/self/statm");
+  buf[n] = 0;
+  unsigned long size = 0, resident = 0;
+  CHECK(sscanf(buf, "%lu %lu", &size, &resident) == 2, "cannot parse /proc/self/statm");
+  return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A thread that allocates 48 MiB of small and medium blocks, frees all
+ * but every eighth and exits; the main thread frees the rest, so the
+ * thread's pages outlive it and empty afterwards. They are kept for threads
+ * that start later (which adopt them), but only for a while: */
+#define BIG_SMALL 12288 /* x 2000 B */
+#define BIG_MEDIUM 1536 /* x 16 KiB */
+static size_t big_rss_peak;
+static unsigned char *big_blocks[BIG_SMALL + BIG_MEDIUM];
+static void *big_thread(void *arg) {
+  (void)arg;
+  for (int i = 0; i < BIG_SMALL + BIG_MEDIUM; i++) {
+    size_t n = i < BIG_SMALL ? 2000 : 16 * KiB;
+    big_blocks[i] = (unsigned char *)API(malloc)(n);
+    CHECK(big_blocks[i] != NULL, "big thread: malloc(%zu) failed", n);
+    memset(big_blocks[i], 0x5a, n);
+  }
+  big_rss_peak = rss_quiet();
+  for (int i = 0; i < BIG_SMALL + BIG_MEDIUM; i++)
+    if (i % 8 != 0) API(free)(big_blocks[i]);
+  return NULL;
+}
+
+static void run_big_thread(void) {
+  pthread_t t;
+  int rc = pthread_create(&t, NULL, big_thread, NULL);
+  CHECK(rc == 0, "pthread_create: %s", strerror(rc));
+  pthread_join(t, NULL);
+  for (int i = 0; i < BIG_SMALL + BIG_MEDIUM; i += 8) API(free)(big_blocks[i]);
+}
+
+/* ...the memory of an exited thread goes back to the OS within a second
+ * with no call from the program, and at once on malloc_trim(0). */
+static void test_exited_memory_returns(void) {
+  size_t base = rss_quiet();
+  run_big_thread();
+  double t0 = now_s(), waited = 0;
+  size_t rss = rss_quiet();
+  while (rss > base + 8 * MiB && (waited = now_s() - t0) < 3.0) {
+    struct timespec d = {0, 10 * 1000 * 1000};
+    nanosleep(&d, NULL);
+    rss = rss_quiet();
+  }
+  printf("exited thread, 48 MiB freed: RSS %.1f -> %.1f MiB (start %.1f) after %.2f s with no call\n",
+         (double)big_rss_peak / (double)MiB, (double)rss / (double)MiB, (double)base / (double)MiB, waited);
+  CHECK(big_rss_peak > base + 40 * MiB, "the big thread's RSS %.1f MiB is not 40 MiB above the start (%.1f MiB)",
+        (double)big_rss_peak / (double)MiB, (double)base / (double)MiB);
+  CHECK(rss <= base + 8 * MiB && waited <= 1.0,
+        "an exited thread's freed memory stays resident: RSS %.1f MiB, %.1f MiB at the start, after %.2f s",
+        (double)rss / (double)MiB, (double)base / (double)MiB, waited);
+
+  base = rss_quiet();
+  run_big_thread();
+  API(malloc_trim)(0);
+  rss = rss_quiet();
+  printf("exited thread, 48 MiB freed: RSS %.1f -> %.1f MiB (start %.1f) at once after malloc_trim(0)\n",
+         (double)big_rss_peak / (double)MiB, (double)rss / (double)MiB, (double)base / (double)MiB);
+  CHECK(rss <= base + 8 * MiB, "malloc_trim(0) left an exited thread's freed memory resident: RSS %.1f MiB, %.1f at the start",
+        (double)rss / (double)MiB, (double)base / (double)MiB);
+}
+
 /* Frees the handed-off blocks of exited threads; every third one is first
  * reallocated (grown), which must keep its contents. */
 static size_t free_list(handoff *h) {
@@ -127,6 +210,7 @@ static size_t free_list(handoff *h) {
 int main(void) {
   printf("test_churn [%s]: %d threads in batches of %d\n", API_MODE, NTHREADS, BATCH);
   fflush(stdout);
+  test_exited_memory_returns();
   static targ args[BATCH];
   handoff *pending = NULL; /* blocks of the previous batch, freed one batch later */
   size_t rss_first = 0, freed = 0;
