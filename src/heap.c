@@ -12,6 +12,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 hk_page hk_page_empty = {.used = (uint32_t)HK_USED_NORMAL}; /* no blocks, normal state */
@@ -187,6 +188,17 @@ void hk_thread_init_key(void) {
     atomic_store_explicit(&thread_key_ready, 1, memory_order_release);
 }
 
+/* A parked page that a remote freer found free and gave back (remote.c,
+ * reclaim) starts over as a new page of its class, nothing carved. Busy:
+ * that freer is still at it. */
+enum { PAGE_KEPT, PAGE_RECLAIMED, PAGE_BUSY };
+static int reclaimed(hk_page *page) {
+  if (hk_page_state(page) != HK_PAGE_RECLAIMED) return PAGE_KEPT;
+  if (atomic_load_explicit(&page->reclaiming, memory_order_acquire)) return PAGE_BUSY;
+  hk_page_init(page, page->cls);
+  return PAGE_RECLAIMED;
+}
+
 static _Atomic uint32_t abandoned_empty; /* empty pages on the abandoned lists */
 
 static void note_empty(hk_page *page, uint64_t now) {
@@ -203,7 +215,13 @@ static void note_empty(hk_page *page, uint64_t now) {
  * peak RSS, glibc 3.1). Empty abandoned pages go back after the purge
  * delay (hk_abandoned_sweep). */
 static void abandon_page(hk_page *page) {
-  hk_page_collect(page, HK_PAGE_ABANDONED);
+  for (;;) {
+    if (reclaimed(page) == PAGE_BUSY) {
+      sched_yield(); /* a freer is purging it: a system call's wait */
+      continue;
+    }
+    if (hk_page_collect(page, HK_PAGE_ABANDONED) != HK_COLLECT_RECLAIMED) break;
+  }
   hk_page_set_state(page, HK_USED_NORMAL);
   atomic_store_explicit(&page->heap, NULL, memory_order_release);
   page->idle_ms = 0;
@@ -328,6 +346,7 @@ static void full_push(hk_heap *h, hk_page *page) {
  * remote_hint) or its block is seen here. */
 static bool park_full(hk_heap *h, hk_page *page) {
   uintptr_t expect = HK_PAGE_NORMAL;
+  hk_page_park_note(page, hk_page_used(page));
   if (!atomic_compare_exchange_strong_explicit(&page->remote, &expect, HK_PAGE_FULL,
                                                memory_order_acq_rel, memory_order_relaxed))
     return false;
@@ -348,8 +367,20 @@ static void rescue_full(hk_heap *h) {
   hk_page *next;
   for (hk_page *p = h->full; p != NULL; p = next) {
     next = p->next;
+    int r = reclaimed(p);
+    if (r == PAGE_BUSY) atomic_store_explicit(&h->remote_hint, 1, memory_order_relaxed); /* look again */
+    if (r != PAGE_KEPT) {
+      if (r == PAGE_RECLAIMED) {
+        full_remove(h, p);
+        retire_page(h, p);
+      }
+      continue;
+    }
     if (!(atomic_load_explicit(&p->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)) continue;
-    hk_page_collect(p, HK_PAGE_NORMAL);
+    if (hk_page_collect(p, HK_PAGE_NORMAL) == HK_COLLECT_RECLAIMED) { /* just now: next scan */
+      atomic_store_explicit(&h->remote_hint, 1, memory_order_relaxed);
+      continue;
+    }
     unpark(h, p);
     if (hk_page_used(p) == 0) {
       queue_remove(&h->queues[p->cls], p);
@@ -366,7 +397,7 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
   if (hk_page_parked(page)) {
     /* The state word says FULL: return it to NORMAL, taking any remote
      * blocks along, before the page rejoins the queue. */
-    hk_page_collect(page, HK_PAGE_NORMAL);
+    if (hk_page_collect(page, HK_PAGE_NORMAL) == HK_COLLECT_RECLAIMED) return; /* a stray free's doing */
     unpark(h, page);
   }
   /* Each class keeps at most one empty page, as its current page, so a
@@ -499,6 +530,7 @@ static hk_page *make_current(hk_heap *h, unsigned cls, hk_page *p) {
  * (locally or remotely), then pages of exited threads; only then are new
  * blocks carved, and a new page taken last. */
 static hk_page *find_page(hk_heap *h, unsigned cls) {
+  atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
   if (atomic_load_explicit(&h->remote_hint, memory_order_acquire)) rescue_full(h);
   hk_page_queue *q = &h->queues[cls];
   hk_page *carvable = NULL;
@@ -644,6 +676,7 @@ void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
   b->link = 0;
   page->used++;
   /* no other thread knows the page yet: park it directly */
+  hk_page_park_note(page, 1);
   atomic_store_explicit(&page->remote, HK_PAGE_FULL, memory_order_relaxed);
   full_push(h, page);
   return b;

@@ -110,9 +110,11 @@ HK_INLINE bool hk_looks_free(const hk_block *b, uintptr_t key) {
  * thread uses `free`, `used` and `capacity` without atomics; other threads
  * only push onto `remote` (one CAS). The low two bits of `remote` hold the
  * page's state, so a remote freer learns atomically whether the owner needs
- * a hint (page parked as full) or nobody owns it (abandoned); the top 16
- * bits count the stack's blocks. */
-enum { HK_PAGE_NORMAL = 0, HK_PAGE_FULL = 1, HK_PAGE_ABANDONED = 2 };
+ * a hint (page parked as full) or nobody owns it (abandoned), and can swap
+ * the stack of a parked page it finds all free for "reclaimed" (remote.c);
+ * the top 16 bits count the stack's blocks. */
+enum { HK_PAGE_NORMAL = 0, HK_PAGE_FULL = 1, HK_PAGE_ABANDONED = 2, HK_PAGE_RECLAIMED = 3 };
+
 #define HK_REMOTE_STATE_MASK ((uintptr_t)3)
 /* bits 2..47: the top block of the stack; bits 48..63: how many blocks it
  * holds, so the owner can take the whole stack without walking it */
@@ -145,7 +147,8 @@ typedef struct hk_page {
   uint32_t reserved;         /* blocks that fit in the span */
   uint8_t last_cls;          /* region.c, slabs 1..31 while free: class + 1 of the page that used
                                 the slab last (0: none), kept across the span's release */
-  uint8_t pad0[7];
+  _Atomic uint8_t reclaiming; /* a remote freer is giving the parked page back (remote.c) */
+  uint8_t pad0[6];
   /* second cache line */
   hk_block *free;            /* owner's free list */
   uint32_t used;             /* blocks handed out and not yet returned to `free`, plus a base
@@ -155,7 +158,7 @@ typedef struct hk_page {
   _Atomic uintptr_t remote;  /* remote-free stack | state */
   struct hk_page *next, *prev; /* heap queue, full list or abandoned list */
   uint64_t idle_ms;          /* abandoned and empty since (0: not empty), heap.c */
-  uint8_t pad1[8];
+  _Atomic uint64_t park;     /* parked full: (parks so far << 32) | blocks handed out (remote.c) */
 } hk_page;
 
 _Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
@@ -189,7 +192,20 @@ HK_INLINE bool hk_page_is_current(const hk_page *page) { return (int32_t)page->u
 HK_INLINE void hk_page_set_state(hk_page *page, int32_t base) {
   page->used = (uint32_t)((int32_t)hk_page_used(page) + base);
 }
-_Static_assert(offsetof(hk_page, pad0) + 7 == 64 && offsetof(hk_page, free) == 64, "the two lines");
+_Static_assert(offsetof(hk_page, pad0) + 6 == 64 && offsetof(hk_page, free) == 64, "the two lines");
+
+HK_INLINE unsigned hk_page_state(hk_page *page) {
+  return (unsigned)(atomic_load_explicit(&page->remote, memory_order_acquire) & 3u);
+}
+/* Record what a page about to be parked full has handed out (before the CAS
+ * that parks it publishes it). */
+HK_INLINE void hk_page_park_note(hk_page *page, uint32_t used) {
+  uint64_t parks = atomic_load_explicit(&page->park, memory_order_relaxed) >> 32;
+  atomic_store_explicit(&page->park, (parks + 1) << 32 | used, memory_order_relaxed);
+}
+/* An owner that has not looked for a page for this long is idle: a parked
+ * page of its that remote frees empty is given back by the last freer. */
+#define HK_IDLE_OWNER_MS 10
 
 /* ---- regions ----
  * The header is the page array. Slab 0 holds the header itself, so
@@ -310,6 +326,7 @@ typedef struct hk_heap {
   hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
   _Atomic uint32_t remote_hint;   /* a full page received a remote free */
   uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
+  _Atomic uint64_t active_ms;     /* last time the owner looked for a page (read by remote freers) */
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
   hk_block *foreign[HK_NCLASSES];  /* blocks of other heaps' pages freed here (remote.c) */
   uint16_t foreign_count[HK_NCLASSES];
@@ -391,6 +408,7 @@ typedef struct hk_stats {
   _Atomic uint64_t regions_mapped, regions_unmapped, regions_live, regions_peak;
   _Atomic uint64_t slabs_in_use, slabs_peak, slabs_purged, purge_calls;
   _Atomic uint64_t abandoned_released; /* empty pages of exited threads given back */
+  _Atomic uint64_t pages_reclaimed;    /* full pages emptied by remote frees, given back by the freer */
   _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
   _Atomic uint64_t large_unmaps, large_remaps;
   _Atomic uint64_t heaps_created, threads_exited;
@@ -435,6 +453,7 @@ void hk_purger_fork_child(void);
 void hk_page_init(hk_page *page, unsigned cls);
 bool hk_page_extend(hk_page *page);
 uint32_t hk_page_collect(hk_page *page, unsigned new_state);
+#define HK_COLLECT_RECLAIMED UINT32_MAX
 bool hk_page_contains_free(hk_page *page, hk_block *b);
 
 /* ---- remote.c: frees of other heaps' blocks ---- */

@@ -93,16 +93,19 @@ bool hk_page_contains_free(hk_page *page, hk_block *b) {
 }
 
 /* Take the remote stack, set the page state to new_state, move the blocks
- * onto the owner's list. Returns how many blocks came back. The remote stack
+ * onto the owner's list. Returns how many blocks came back, or
+ * HK_COLLECT_RECLAIMED (nothing changed) if the page was reclaimed. The remote stack
  * is linked exactly like the owner's list (same key, same end), so when the
  * owner's list is empty it becomes the list as it is: no walk over the
  * blocks, whose cache lines are likely in another core's cache. */
 uint32_t hk_page_collect(hk_page *page, unsigned new_state) {
   uintptr_t key = page->key;
   uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
-  while (!atomic_compare_exchange_weak_explicit(&page->remote, &old, (uintptr_t)new_state,
-                                                memory_order_acq_rel, memory_order_relaxed)) {
-  }
+  do {
+    /* a remote freer gave the page back (remote.c): the owner re-initialises it */
+    if ((old & HK_REMOTE_STATE_MASK) == HK_PAGE_RECLAIMED) return HK_COLLECT_RECLAIMED;
+  } while (!atomic_compare_exchange_weak_explicit(&page->remote, &old, (uintptr_t)new_state,
+                                                  memory_order_acq_rel, memory_order_relaxed));
   hk_block *list = (hk_block *)(old & HK_REMOTE_PTR_MASK);
   uint32_t count = (uint32_t)(old >> HK_REMOTE_COUNT_SHIFT);
   if (list == NULL) return 0;

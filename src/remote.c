@@ -28,6 +28,70 @@
 
 extern _Atomic uint32_t hk_abandoned_hint;
 
+/* ---- parked pages of idle owners ----
+ * A page parked full whose blocks have all come back through remote frees
+ * is free, but only its owner can reuse it, and an owner that no longer
+ * allocates (a thread that filled a structure for others and now waits for
+ * them: larson's main thread in pthread_join) never comes back for it. The
+ * freer whose push completes such a page, if the owner has not looked for a
+ * page for HK_IDLE_OWNER_MS, gives its memory back at once: it swaps the
+ * stack for the state RECLAIMED and purges the span; the owner's next scan
+ * of its full list re-initialises the page (heap.c, reclaimed).
+ *
+ * The owner may have collected the stack and parked the page again between
+ * the push and the swap, with the word back to the same value (ABA); the
+ * page then holds live blocks. `park` counts the parks, so the freer sees
+ * that and puts the stack back instead. `reclaiming` keeps the owner off
+ * the page until the freer is done. */
+static void restore_stack(hk_page *page, uintptr_t stack) {
+  uintptr_t key = page->key, cur = atomic_load_explicit(&page->remote, memory_order_acquire), want;
+  do {
+    /* blocks pushed since (stray frees) go on top of the stack taken */
+    hk_block *top = (hk_block *)(cur & HK_REMOTE_PTR_MASK);
+    uint32_t n = (uint32_t)(cur >> HK_REMOTE_COUNT_SHIFT);
+    if (top != NULL) {
+      hk_block *tail = top;
+      for (uint32_t i = 1; i < n; i++) tail = hk_link_next(tail, key);
+      tail->link = (stack & HK_REMOTE_PTR_MASK) ^ key;
+    }
+    want = (top ? (uintptr_t)top : stack & HK_REMOTE_PTR_MASK) | HK_PAGE_FULL |
+           (((stack >> HK_REMOTE_COUNT_SHIFT) + n) << HK_REMOTE_COUNT_SHIFT);
+  } while (!atomic_compare_exchange_weak_explicit(&page->remote, &cur, want, memory_order_acq_rel,
+                                                  memory_order_acquire));
+}
+
+/* Instead of pushing first..last (n blocks) onto a parked page whose stack
+ * word is `old`: if that completes the page and its owner is idle, give
+ * the page back. The page cannot be released before this returns: the
+ * chain is not pushed yet, and once the page is RECLAIMED its owner waits
+ * for `reclaiming` to clear. */
+static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t n, uintptr_t old, hk_heap *owner) {
+  uint64_t park = atomic_load_explicit(&page->park, memory_order_acquire);
+  if (hk_secure || (old >> HK_REMOTE_COUNT_SHIFT) + n != (uint32_t)park ||
+      hk_os_now_ms() < atomic_load_explicit(&owner->active_ms, memory_order_relaxed) + HK_IDLE_OWNER_MS)
+    return false;
+  uint8_t idle = 0;
+  if (!atomic_compare_exchange_strong_explicit(&page->reclaiming, &idle, 1, memory_order_acq_rel, memory_order_relaxed))
+    return false;
+  /* linked as a push would link it, for the ABA case below */
+  last->link = ((old & HK_REMOTE_PTR_MASK) | ((uintptr_t)last & ~HK_REGION_MASK)) ^ page->key;
+  uintptr_t expect = old;
+  bool taken = atomic_compare_exchange_strong_explicit(&page->remote, &expect, HK_PAGE_RECLAIMED,
+                                                       memory_order_acq_rel, memory_order_relaxed);
+  if (taken) {
+    if (atomic_load_explicit(&page->park, memory_order_acquire) == park) {
+      atomic_store_explicit(&page->area, 0, memory_order_relaxed); /* a stray free now fails the range test */
+      hk_os_purge((void *)page->start, (size_t)page->nslabs << HK_SLAB_SHIFT);
+      hk_stat_add(pages_reclaimed, 1);
+    } else {
+      restore_stack(page, (uintptr_t)first | HK_PAGE_FULL | ((old >> HK_REMOTE_COUNT_SHIFT) + n) << HK_REMOTE_COUNT_SHIFT);
+    }
+  }
+  atomic_store_explicit(&page->reclaiming, 0, memory_order_release);
+  if (taken) atomic_store_explicit(&owner->remote_hint, 1, memory_order_release);
+  return taken;
+}
+
 /* Push the chain first..last (n blocks, already linked with the page key
  * from first to last) onto the page's remote stack. */
 static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t n) {
@@ -36,6 +100,8 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
    * and the page released at any time. */
   hk_heap *owner = hk_owner_untag(atomic_load_explicit(&page->heap, memory_order_acquire));
   uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
+  if ((old & HK_REMOTE_STATE_MASK) == HK_PAGE_FULL && owner != NULL && try_reclaim(page, first, last, n, old, owner))
+    return;
   do {
     /* an empty stack (0) is linked as the region base: see hk_list_end */
     last->link = ((old & HK_REMOTE_PTR_MASK) | ((uintptr_t)last & ~HK_REGION_MASK)) ^ key;

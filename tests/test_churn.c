@@ -184,6 +184,51 @@ static void test_exited_memory_returns(void) {
         (double)rss / (double)MiB, (double)base / (double)MiB);
 }
 
+/* A thread that filled pages and then waits (here: in pthread_join) never
+ * comes back for them; when another thread frees all their blocks, their
+ * memory must go back to the OS anyway, and the pages must work again when
+ * their owner does come back. */
+#define IDLE_BLOCKS 32768 /* x 1000 B */
+static unsigned char *idle_blocks[IDLE_BLOCKS];
+static size_t idle_rss_before, idle_rss_after;
+static void *free_idle_blocks(void *arg) {
+  (void)arg;
+  struct timespec d = {0, 30 * 1000 * 1000}; /* the owner has been idle a while */
+  nanosleep(&d, NULL);
+  idle_rss_before = rss_quiet();
+  for (int i = 0; i < IDLE_BLOCKS; i++) {
+    check(idle_blocks[i], 1000, (uint64_t)i, "freer (idle owner's block)");
+    API(free)(idle_blocks[i]);
+  }
+  return NULL;
+}
+
+static void fill_idle_blocks(uint64_t salt) {
+  for (int i = 0; i < IDLE_BLOCKS; i++) {
+    idle_blocks[i] = (unsigned char *)API(malloc)(1000);
+    CHECK(idle_blocks[i] != NULL, "malloc(1000) failed");
+    fill(idle_blocks[i], 1000, (uint64_t)i + salt);
+  }
+}
+
+static void test_idle_owner_pages_return(void) {
+  fill_idle_blocks(0);
+  pthread_t t;
+  int rc = pthread_create(&t, NULL, free_idle_blocks, NULL);
+  CHECK(rc == 0, "pthread_create: %s", strerror(rc));
+  pthread_join(t, NULL); /* the freer has exited: its cached blocks went back to their pages */
+  idle_rss_after = rss_quiet();
+  printf("31 MiB freed by another thread while their owner waited: RSS %.1f -> %.1f MiB\n",
+         (double)idle_rss_before / (double)MiB, (double)idle_rss_after / (double)MiB);
+  CHECK(idle_rss_after + 24 * MiB < idle_rss_before,
+        "pages emptied by another thread's frees stay resident while their owner waits: RSS %.1f -> %.1f MiB",
+        (double)idle_rss_before / (double)MiB, (double)idle_rss_after / (double)MiB);
+  /* the owner allocates again: the pages it gets back hold intact new blocks */
+  fill_idle_blocks(7);
+  for (int i = 0; i < IDLE_BLOCKS; i++) check(idle_blocks[i], 1000, (uint64_t)i + 7, "owner (block after reclaim)");
+  for (int i = 0; i < IDLE_BLOCKS; i++) API(free)(idle_blocks[i]);
+}
+
 /* Frees the handed-off blocks of exited threads; every third one is first
  * reallocated (grown), which must keep its contents. */
 static size_t free_list(handoff *h) {
@@ -211,6 +256,7 @@ int main(void) {
   printf("test_churn [%s]: %d threads in batches of %d\n", API_MODE, NTHREADS, BATCH);
   fflush(stdout);
   test_exited_memory_returns();
+  test_idle_owner_pages_return();
   static targ args[BATCH];
   handoff *pending = NULL; /* blocks of the previous batch, freed one batch later */
   size_t rss_first = 0, freed = 0;

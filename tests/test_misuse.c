@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -279,6 +280,28 @@ static void free_into_shrunk_tail(void) {
   API(free)(hkt_opaque_ptr(q + 256 * KiB));
 }
 
+/* a block freed again after another thread freed every block of its page
+ * while the owner waited, so the page's memory went back to the OS */
+enum { RECLAIM_N = 256 }; /* x 1000 B: a few full pages */
+static void *reclaim_blocks[RECLAIM_N];
+static void *free_reclaim_blocks(void *arg) {
+  (void)arg;
+  struct timespec d = {0, 30 * 1000 * 1000}; /* the owner is idle meanwhile */
+  nanosleep(&d, NULL);
+  for (int i = 0; i < RECLAIM_N; i++) API(free)(reclaim_blocks[i]);
+  return NULL;
+}
+static void double_free_reclaimed(void) {
+  for (int i = 0; i < RECLAIM_N; i++) {
+    reclaim_blocks[i] = API(malloc)(1000);
+    CHECK(reclaim_blocks[i] != NULL, "malloc failed");
+  }
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, free_reclaim_blocks, NULL) == 0, "pthread_create failed");
+  pthread_join(t, NULL);
+  API(free)(hkt_opaque_ptr(reclaim_blocks[RECLAIM_N / 2])); /* past the first page, which may hold older blocks */
+}
+
 /* level: the HAKMEM_SECURE level from which the case is detected (0: every
  * mode); below it the misuse goes unseen, as docs/SAFETY.md says, and the
  * child must simply exit (a guard-page case is skipped: without the guard
@@ -322,6 +345,7 @@ static const mcase cases[] = {
     {"double free by the owner of a block a live thread freed", double_free_kept_then_owner, 0, SIGABRT, NULL},
     {"double free by a third thread of a block a live thread freed", double_free_kept_then_third, 0, SIGABRT, NULL},
     {"double free, both by the same other thread", double_free_same_other_thread, 0, SIGABRT, NULL},
+    {"double free into a page its owner left and another thread emptied", double_free_reclaimed, 0, SIGABRT, NULL},
 };
 
 static int secure_level;
