@@ -326,7 +326,8 @@ typedef struct hk_heap {
   hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
   _Atomic uint32_t remote_hint;   /* a full page received a remote free */
   uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
-  _Atomic uint64_t active_ms;     /* last time the owner looked for a page (read by remote freers) */
+  uint32_t searches;              /* page searches (find_page) */
+  _Atomic uint64_t active_ms;     /* when the owner last looked for a page, to 16 searches (read by remote freers) */
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
   hk_block *foreign[HK_NCLASSES];  /* blocks of other heaps' pages freed here (remote.c) */
   uint16_t foreign_count[HK_NCLASSES];
