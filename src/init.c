@@ -50,8 +50,10 @@ void hk_init(void) {
 
 __attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }
 
-/* Lock order: purger, heap pool, abandoned pages, large cache, regions. */
+/* Lock order: purger, heap pool, abandoned pages, large cache, regions
+ * (after waiting for remote frees that are giving pages back). */
 void hk_fork_prepare(void) {
+  hk_reclaim_fork_prepare();
   hk_purger_fork_prepare();
   hk_heap_fork_lock();
   pthread_mutex_lock(&hk_large_lock);
@@ -67,10 +69,12 @@ static void unlock_all(void) {
 void hk_fork_parent(void) {
   unlock_all();
   hk_purger_fork_parent();
+  hk_reclaim_fork_done();
 }
 
 void hk_fork_child(void) {
   /* Only the forking thread exists in the child, and it holds every lock. */
   unlock_all();
   hk_purger_fork_child();
+  hk_reclaim_fork_done();
 }

@@ -460,6 +460,8 @@ bool hk_page_contains_free(hk_page *page, hk_block *b);
 /* ---- remote.c: frees of other heaps' blocks ---- */
 void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b);
 void *hk_foreign_pop(hk_heap *h, unsigned cls);
+void hk_reclaim_fork_prepare(void);
+void hk_reclaim_fork_done(void);
 void hk_foreign_flush_all(hk_heap *h);
 bool hk_foreign_tagged(const hk_page *page, const hk_block *b);
 

@@ -24,6 +24,8 @@
  * are in the second word (blocks of 16 bytes and more), XOR-ed with hk_key. */
 #include "internal.h"
 
+#include <sched.h>
+
 #define HK_FOREIGN_TAG 16 /* inside slab 0, never a block, never a list end */
 
 extern _Atomic uint32_t hk_abandoned_hint;
@@ -65,14 +67,20 @@ static void restore_stack(hk_page *page, uintptr_t stack) {
  * the page back. The page cannot be released before this returns: the
  * chain is not pushed yet, and once the page is RECLAIMED its owner waits
  * for `reclaiming` to clear. */
+static _Atomic int reclaims_running, reclaims_blocked; /* fork: see hk_reclaim_fork_prepare */
+
 static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t n, uintptr_t old, hk_heap *owner) {
   uint64_t park = atomic_load_explicit(&page->park, memory_order_acquire);
   if (hk_secure || (old >> HK_REMOTE_COUNT_SHIFT) + n != (uint32_t)park ||
       hk_os_now_ms() < atomic_load_explicit(&owner->active_ms, memory_order_relaxed) + HK_IDLE_OWNER_MS)
     return false;
+  atomic_fetch_add(&reclaims_running, 1);
   uint8_t idle = 0;
-  if (!atomic_compare_exchange_strong_explicit(&page->reclaiming, &idle, 1, memory_order_acq_rel, memory_order_relaxed))
+  if (atomic_load(&reclaims_blocked) ||
+      !atomic_compare_exchange_strong_explicit(&page->reclaiming, &idle, 1, memory_order_acq_rel, memory_order_relaxed)) {
+    atomic_fetch_sub(&reclaims_running, 1);
     return false;
+  }
   /* linked as a push would link it, for the ABA case below */
   last->link = ((old & HK_REMOTE_PTR_MASK) | ((uintptr_t)last & ~HK_REGION_MASK)) ^ page->key;
   uintptr_t expect = old;
@@ -88,9 +96,19 @@ static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t
     }
   }
   atomic_store_explicit(&page->reclaiming, 0, memory_order_release);
+  atomic_fetch_sub(&reclaims_running, 1);
   if (taken) atomic_store_explicit(&owner->remote_hint, 1, memory_order_release);
   return taken;
 }
+
+/* A reclaim in flight when another thread forks would leave its page
+ * marked busy in the child forever, and the page's owner waiting for it.
+ * So fork waits for those in flight, and none starts until it is done. */
+void hk_reclaim_fork_prepare(void) {
+  atomic_store(&reclaims_blocked, 1);
+  while (atomic_load(&reclaims_running) != 0) sched_yield();
+}
+void hk_reclaim_fork_done(void) { atomic_store(&reclaims_blocked, 0); }
 
 /* Push the chain first..last (n blocks, already linked with the page key
  * from first to last) onto the page's remote stack. */
