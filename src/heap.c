@@ -213,8 +213,8 @@ static void note_empty(hk_page *page, uint64_t now) {
  * it, blocks carved and memory committed where the class carves. Given
  * back to its region at once, the span went to whichever class took it
  * next, at whatever offset, and under thread churn slabs ended up
- * committed all over for a few blocks each (thread_churn: 10.0 -> 4.6 MiB
- * peak RSS, glibc 3.1). Empty abandoned pages go back after the purge
+ * committed all over for a few blocks each (thread_churn: 9.8 -> 4.5 MiB
+ * peak RSS, glibc 3.0). Empty abandoned pages go back after the purge
  * delay (hk_abandoned_sweep). */
 static void abandon_page(hk_page *page) {
   for (;;) {
@@ -253,7 +253,7 @@ static void heap_abandon(hk_heap *h) {
     abandon_page(p);
   }
   /* spares too, as empty pages of the class they served last (thread_churn
-   * 5.5 -> 4.5 MiB against releasing them) */
+   * 5.4 -> 4.5 MiB against releasing them) */
   while ((p = h->spare) != NULL) {
     h->spare = p->next;
     abandon_page(p);
