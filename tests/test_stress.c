@@ -182,6 +182,88 @@ static void *worker(void *arg) {
   return NULL;
 }
 
+/* Idle owners: each producer fills pages with stamped blocks, hands them to
+ * two consumers and waits (idle, so the consumers' frees give its emptied
+ * pages back: src/remote.c), then allocates again into those pages. Two
+ * consumers per producer push onto the same pages at once. */
+#define IDLE_PRODUCERS 3
+#define IDLE_BLOCKS 3000
+#define IDLE_ROUNDS 4
+typedef struct {
+  unsigned char *blocks[IDLE_BLOCKS];
+  size_t sizes[IDLE_BLOCKS];
+  pthread_barrier_t filled, freed;
+} idle_batch;
+static idle_batch idle_batches[IDLE_PRODUCERS];
+
+static size_t idle_size(int i, int round) { return 16 + (size_t)((i * 37 + round * 101) % 1000); }
+
+static void idle_fill(idle_batch *b, int round) {
+  for (int i = 0; i < IDLE_BLOCKS; i++) {
+    size_t n = idle_size(i, round);
+    unsigned char *p = (unsigned char *)API(malloc)(n);
+    CHECK(p != NULL, "idle producer: malloc(%zu) failed", n);
+    for (size_t k = 0; k < n; k++) p[k] = (unsigned char)(i + k + (size_t)round);
+    b->blocks[i] = p;
+    b->sizes[i] = n;
+  }
+}
+
+static void idle_check_free(idle_batch *b, int round, int from, int step) {
+  for (int i = from; i < IDLE_BLOCKS; i += step) {
+    unsigned char *p = b->blocks[i];
+    for (size_t k = 0; k < b->sizes[i]; k++)
+      CHECK(p[k] == (unsigned char)(i + k + (size_t)round), "idle round %d: block %d corrupted at byte %zu", round, i, k);
+    API(free)(p);
+  }
+}
+
+static void *idle_producer(void *arg) {
+  idle_batch *b = &idle_batches[(uintptr_t)arg];
+  for (int round = 0; round < IDLE_ROUNDS; round++) {
+    idle_fill(b, round);
+    pthread_barrier_wait(&b->filled);
+    struct timespec d = {0, 20 * 1000 * 1000}; /* idle while the consumers free */
+    nanosleep(&d, NULL);
+    pthread_barrier_wait(&b->freed);
+  }
+  /* the pages work after all that: one more round, freed here */
+  idle_fill(b, IDLE_ROUNDS);
+  idle_check_free(b, IDLE_ROUNDS, 0, 1);
+  return NULL;
+}
+
+static void *idle_consumer(void *arg) {
+  uintptr_t id = (uintptr_t)arg;
+  idle_batch *b = &idle_batches[id / 2];
+  for (int round = 0; round < IDLE_ROUNDS; round++) {
+    pthread_barrier_wait(&b->filled);
+    struct timespec d = {0, 12 * 1000 * 1000}; /* past the producer's idle limit */
+    nanosleep(&d, NULL);
+    idle_check_free(b, round, (int)(id % 2), 2);
+    API(malloc_trim)(0); /* this consumer's cache of the producer's blocks goes back too */
+    pthread_barrier_wait(&b->freed);
+  }
+  return NULL;
+}
+
+static void test_idle_owners(void) {
+  pthread_t th[IDLE_PRODUCERS * 3];
+  int n = 0;
+  for (int i = 0; i < IDLE_PRODUCERS; i++) {
+    CHECK(pthread_barrier_init(&idle_batches[i].filled, NULL, 3) == 0, "pthread_barrier_init failed");
+    CHECK(pthread_barrier_init(&idle_batches[i].freed, NULL, 3) == 0, "pthread_barrier_init failed");
+  }
+  for (int i = 0; i < IDLE_PRODUCERS; i++) {
+    CHECK(pthread_create(&th[n++], NULL, idle_producer, (void *)(uintptr_t)i) == 0, "pthread_create failed");
+    CHECK(pthread_create(&th[n++], NULL, idle_consumer, (void *)(uintptr_t)(2 * i)) == 0, "pthread_create failed");
+    CHECK(pthread_create(&th[n++], NULL, idle_consumer, (void *)(uintptr_t)(2 * i + 1)) == 0, "pthread_create failed");
+  }
+  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+  printf("idle owners: %d producers x %d rounds of %d blocks freed by two consumers each: contents intact\n",
+         IDLE_PRODUCERS, IDLE_ROUNDS, IDLE_BLOCKS);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) nthreads = atoi(argv[1]);
   if (argc > 2) iterations = atol(argv[2]);
@@ -229,6 +311,8 @@ int main(int argc, char **argv) {
   CHECK(total.frees > 0 && total.cross_frees * 10 > total.frees * 3,
         "only %llu of %llu frees were cross-thread (need > 30%%)", (unsigned long long)total.cross_frees,
         (unsigned long long)total.frees);
+
+  test_idle_owners();
 
   /* the allocator still works normally afterwards */
   for (int i = 0; i < 10000; i++) {
