@@ -195,7 +195,7 @@ HK_INLINE void hk_page_set_state(hk_page *page, int32_t base) {
 _Static_assert(offsetof(hk_page, pad0) + 6 == 64 && offsetof(hk_page, free) == 64, "the two lines");
 
 HK_INLINE unsigned hk_page_state(hk_page *page) {
-  return (unsigned)(atomic_load_explicit(&page->remote, memory_order_acquire) & 3u);
+  return (unsigned)(atomic_load_explicit(&page->remote, memory_order_acquire) & HK_REMOTE_STATE_MASK);
 }
 /* Record what a page about to be parked full has handed out (before the CAS
  * that parks it publishes it). */
