@@ -24,7 +24,9 @@ void *hk_calloc(size_t n, size_t size) {
 
 /* Alignment <= 64 KiB: a size class whose block size is a multiple of the
  * alignment gives naturally aligned blocks, because pages start on 64 KiB
- * boundaries. Larger alignments get a large block. */
+ * boundaries; coloured classes (one block per page, at a cache-line offset:
+ * page.c) only for alignments up to a cache line. Larger alignments get a
+ * large block. */
 void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
   if (align <= 16 && (align <= 8 || (size != 0 && (size & 15) == 0) || size > HK_SMALL_MAX)) {
     /* classes above 128 B and multiples of 16 are 16-aligned */
@@ -41,8 +43,10 @@ void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
     if (req <= HK_MEDIUM_MAX) {
       if (atomic_load_explicit(&hk_init_state, memory_order_acquire) != 2) hk_init();
       unsigned cls = hk_size_class(req);
-      while (cls < HK_NCLASSES && (hk_class_size[cls] & (align - 1)) != 0) cls++;
-      if (cls < HK_NCLASSES) {
+      while (cls < HK_NCLASSES && ((hk_class_size[cls] & (align - 1)) != 0 || (align > 64 && hk_class_colored[cls])))
+        cls++;
+      /* (e.g. 64 KiB-aligned 256 KiB: the next uncoloured multiple is 1 MiB) */
+      if (cls < HK_NCLASSES && hk_class_size[cls] <= 2 * req) {
         void *p = hk_secure ? hk_alloc_class(size, cls) : hk_malloc_fast(hk_class_size[cls]);
         if (p != NULL && zero) memset(p, 0, size);
         return p;

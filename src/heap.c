@@ -106,8 +106,7 @@ static void retire_page(hk_heap *h, hk_page *page) {
 
 /* A spare of the same span length, preferably one this class used (its
  * committed memory is where the class carves). */
-static hk_page *take_spare(hk_heap *h, unsigned cls) {
-  unsigned nslabs = hk_class_slabs[cls];
+static hk_page *take_spare(hk_heap *h, unsigned cls, unsigned nslabs) {
   hk_page **found = NULL;
   for (hk_page **pp = &h->spare; *pp != NULL; pp = &(*pp)->next) {
     if ((*pp)->nslabs != nslabs) continue;
@@ -499,11 +498,11 @@ static void purge_blocks(hk_heap *h, bool force) {
  * the regions. With room (a span block that may grow, see below), always
  * from the regions, placed with that many free slabs after it: spares have
  * no room after them (tried: realloc_growth peak RSS 23.0 -> 23.6 MiB). */
-static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned room) {
-  hk_page *page = room ? NULL : take_spare(h, cls);
+static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned room) {
+  hk_page *page = room ? NULL : take_spare(h, cls, nslabs);
   if (page == NULL) {
     bool clean = false;
-    page = hk_region_alloc_span(hk_class_slabs[cls], cls, &clean, room);
+    page = hk_region_alloc_span(nslabs, cls, &clean, room);
     if (page != NULL && clean) h->grown_bytes += span_bytes(page);
   }
   if (page == NULL) return NULL;
@@ -561,7 +560,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
   /* about to take a new span: first give back the inside of free blocks */
   purge_blocks(h, false);
   hk_abandoned_sweep(false, false);
-  hk_page *p = fresh_page(h, cls, 0);
+  hk_page *p = fresh_page(h, cls, hk_class_slabs[cls], 0);
   if (p == NULL) {
     set_current(h, cls);
     hk_purger_poke();
@@ -630,17 +629,22 @@ void *hk_alloc_class(size_t size, unsigned cls) {
 
 /* ---- blocks alone in their span: resizable in place ----
  * The classes whose block size is a whole number of slabs (64, 128, 192 KiB
- * ... 1 MiB) have one block per page, and such a page is just a span of n
- * slabs holding one block of n * 64 KiB. realloc can therefore resize it
- * where it is: take the free slabs that follow it in its region, or give
- * back its tail, and the page becomes a page of the class of its new
- * length. Copying a buffer that grows step by step through the medium
- * sizes was the bulk of realloc's cost (realloc_growth: 1.3 GB copied in
- * 120 rounds, memmove 26 % of the time). */
-bool hk_span_block(const hk_page *page) { return page->reserved == 1 && page->block_size == span_bytes(page); }
+ * ... 1 MiB) have one block per page, and such a page is a span of n
+ * slabs holding one block of n * 64 KiB, plus one slab for its colour
+ * (sizeclass.c; not 1 MiB, nor a span block made by realloc, below).
+ * realloc can therefore resize it where it is: take the free slabs that
+ * follow it in its region, or give back its tail, and the page becomes a
+ * page of the class of its new length, coloured if it was. Copying a
+ * buffer that grows step by step through the medium sizes was the bulk of
+ * realloc's cost (realloc_growth: 1.3 GB copied in 120 rounds, memmove
+ * 26 % of the time). */
+bool hk_span_block(const hk_page *page) {
+  return page->reserved == 1 &&
+         page->block_size + (hk_color_slabs(page->cls, page->nslabs) << HK_SLAB_SHIFT) == span_bytes(page);
+}
 
-static void span_block_sized(hk_page *page) {
-  uint32_t bs = span_bytes(page);
+static void span_block_sized(hk_page *page, unsigned color_slabs) {
+  uint32_t bs = span_bytes(page) - (color_slabs << HK_SLAB_SHIFT);
   page->cls = (uint8_t)hk_size_class(bs);
   page->block_size = bs;
   page->div_magic = UINT64_MAX / bs + 1;
@@ -653,7 +657,11 @@ static void span_block_sized(hk_page *page) {
  * are taken. The page must be parked on the full list first: its class,
  * which indexes the queue it would be in, changes. */
 bool hk_heap_resize_span_block(hk_heap *h, hk_page *page, size_t size) {
+  unsigned color = hk_color_slabs(page->cls, page->nslabs);
   unsigned n = (unsigned)((size + HK_SLAB_SIZE - 1) >> HK_SLAB_SHIFT);
+  /* a coloured block stays coloured: its new class must be one */
+  if (color && !hk_class_colored[hk_size_class((size_t)n << HK_SLAB_SHIFT)]) return false;
+  n += color;
   if (n == page->nslabs) return true;
   if (!hk_page_parked(page)) {
     unsigned cls = page->cls;
@@ -666,7 +674,7 @@ bool hk_heap_resize_span_block(hk_heap *h, hk_page *page, size_t size) {
   } else {
     hk_region_shrink_span(page, n);
   }
-  span_block_sized(page);
+  span_block_sized(page, color);
   return true;
 }
 
@@ -675,11 +683,11 @@ bool hk_heap_resize_span_block(hk_heap *h, hk_page *page, size_t size) {
  * grow in place. */
 void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
   unsigned n = (unsigned)((size + HK_SLAB_SIZE - 1) >> HK_SLAB_SHIFT);
-  /* n * 64 KiB is a class size whose pages are n slabs (sizeclass.c: such a
-   * class wastes nothing in n slabs) */
+  /* n * 64 KiB is a class size that fills n slabs (sizeclass.c; its own
+   * pages have a colour slab more, which a span block does without) */
   unsigned cls = hk_size_class((size_t)n << HK_SLAB_SHIFT);
   unsigned room = n < HK_MAX_SPAN_SLABS - n ? n : HK_MAX_SPAN_SLABS - n;
-  hk_page *page = fresh_page(h, cls, room);
+  hk_page *page = fresh_page(h, cls, n, room);
   if (page == NULL) return NULL;
   hk_page_extend(page);
   hk_block *b = page->free;

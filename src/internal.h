@@ -65,6 +65,10 @@
 
 extern uint32_t hk_class_size[HK_NCLASSES];
 extern uint8_t hk_class_slabs[HK_NCLASSES];
+/* 1: the class's pages hold one block that starts at one of HK_COLORS cache-
+ * line offsets into its span (page.c); its span has a slab more for that */
+extern uint8_t hk_class_colored[HK_NCLASSES];
+#define HK_COLORS 64
 extern uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
 extern uint8_t hk_class_lut_first[HK_NCLASSES];
 extern uint8_t hk_class_foreign_max[HK_NCLASSES]; /* remote.c's cache per class, in blocks (0: none) */
@@ -452,6 +456,13 @@ void hk_purger_fork_child(void);
 
 /* ---- page.c ---- */
 void hk_page_init(hk_page *page, unsigned cls);
+size_t hk_color_offset(void);
+/* A page of class cls and nslabs slabs is coloured: a span of the class's
+ * own length (a realloc span block of the same class is a slab shorter) */
+HK_INLINE unsigned hk_color_slabs(unsigned cls, unsigned nslabs) {
+  return hk_class_colored[cls] && nslabs == hk_class_slabs[cls] && !hk_secure;
+}
+uintptr_t hk_page_span_start(const hk_page *page);
 bool hk_page_extend(hk_page *page);
 uint32_t hk_page_collect(hk_page *page, unsigned new_state);
 #define HK_COLLECT_RECLAIMED UINT32_MAX

@@ -156,19 +156,15 @@ static hk_region *cache_take(size_t need, size_t off) {
  * aligned, so data at one fixed offset would put the same byte of every
  * block's every page in the same cache sets: a loop that writes each 4 KiB
  * page of a few 2 MiB blocks (fixed_2m) ran at 0.65x glibc, all L2 misses.
- * Blocks aligned to at most 64 bytes start at one of 64 cache-line offsets
- * into the first data page instead, in turn (the mapping has one page more
+ * Blocks aligned to at most 64 bytes start at one of HK_COLORS cache-line offsets
+ * into the first data page instead (hk_color_offset; the mapping has one page more
  * for it). The header page stays the header's alone: free() of a pointer
  * anywhere in the mapping reads it (see hk_region). Hardened mode keeps the
  * data on a page boundary, behind its guard page. */
-#define HK_LARGE_COLORS 64
-
 static size_t data_offset(size_t align) {
-  static _Atomic unsigned color;
   if (hk_secure) return align <= HK_LARGE_HEADER ? HK_LARGE_HEADER + HK_GUARD : align;
   if (align > 64) return align <= HK_LARGE_HEADER ? HK_LARGE_HEADER : align;
-  unsigned c = atomic_fetch_add_explicit(&color, 1, memory_order_relaxed);
-  return HK_LARGE_HEADER + 64 * (size_t)((c * 37u) % HK_LARGE_COLORS);
+  return HK_LARGE_HEADER + hk_color_offset();
 }
 
 /* Where purging a cached mapping starts: right after the header, since the

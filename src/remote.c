@@ -89,7 +89,7 @@ static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t
   if (taken) {
     if (atomic_load_explicit(&page->park, memory_order_acquire) == park) {
       atomic_store_explicit(&page->area, 0, memory_order_relaxed); /* a stray free now fails the range test */
-      hk_os_purge((void *)page->start, (size_t)page->nslabs << HK_SLAB_SHIFT);
+      hk_os_purge((void *)hk_page_span_start(page), (size_t)page->nslabs << HK_SLAB_SHIFT);
       hk_stat_add(pages_reclaimed, 1);
     } else {
       restore_stack(page, (uintptr_t)first | HK_PAGE_FULL | ((old >> HK_REMOTE_COUNT_SHIFT) + n) << HK_REMOTE_COUNT_SHIFT);

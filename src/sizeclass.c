@@ -3,11 +3,17 @@
  * Classes: 8, 16, ..., 128 (8 B apart), then 8 per power of two up to 1 MiB
  * (at most 12.5 % apart), 120 in all. Blocks up to 8 KiB live in one-slab
  * (64 KiB) pages; larger ones in spans of 1..16 slabs, chosen so that the
- * span wastes as little as possible at its end. */
+ * span wastes as little as possible at its end.
+ *
+ * Where the best span holds a single block (the multiples of 64 KiB up to
+ * 960 KiB), the class is coloured: its span gets one slab more, so that the
+ * block can start at one of HK_COLORS cache-line offsets (page.c). The slab
+ * costs address space only: the block reaches at most one OS page into it. */
 #include "internal.h"
 
 uint32_t hk_class_size[HK_NCLASSES];
 uint8_t hk_class_slabs[HK_NCLASSES];
+uint8_t hk_class_colored[HK_NCLASSES];
 uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
 uint8_t hk_class_lut_first[HK_NCLASSES]; /* first slot of hk_class_lut holding each class */
 uint8_t hk_class_foreign_max[HK_NCLASSES];
@@ -41,7 +47,13 @@ void hk_sizeclass_init(void) {
       size = (uint32_t)((8 + sub + 1) << (b - 3));
     }
     hk_class_size[c] = size;
-    hk_class_slabs[c] = (uint8_t)span_for(size);
+    unsigned n = span_for(size);
+    if (size > 8192 && (uint64_t)n * HK_SLAB_SIZE / size == 1 &&
+        (uint64_t)n * HK_SLAB_SIZE - size < (uint64_t)HK_COLORS * 64 && n < HK_MAX_SPAN_SLABS) {
+      n++;
+      hk_class_colored[c] = 1;
+    }
+    hk_class_slabs[c] = (uint8_t)n;
     /* remote.c links cached blocks through their second word */
     uint32_t fmax = HK_FOREIGN_CLASS_BYTES / size;
     hk_class_foreign_max[c] = (uint8_t)(size < 16 ? 0 : fmax > 64 ? 64 : fmax);

@@ -762,6 +762,48 @@ static void test_realloc_in_place(void) {
   }
 }
 
+/* Blocks alone in their page (64 KiB, 256 KiB) start at cache-line offsets
+ * that vary from page to page (cache colouring, src/page.c): of 16 live
+ * blocks, not all at one offset into their 4 KiB page. A coloured block
+ * still grows and shrinks in place, and aligned requests of those sizes are
+ * aligned. (Hardened mode keeps blocks on their span's start.) */
+static void test_colored_blocks(void) {
+  const char *sec = getenv("HAKMEM_SECURE");
+  bool secure = sec != NULL && atoi(sec) > 0;
+  static const size_t sizes[] = {64 * KiB, 256 * KiB};
+  for (size_t s = 0; s < 2; s++) {
+    uintptr_t seen = 0; /* bit i: some block at cache line i of its 4 KiB page */
+    for (int i = 0; i < 16; i++) {
+      blk b = do_malloc(sizes[s]);
+      seen |= (uintptr_t)1 << (((uintptr_t)b.p & 4095) / 64);
+      pool_add(b);
+    }
+    check_pool_disjoint("coloured blocks");
+    verify_pool("coloured blocks");
+    int offsets = __builtin_popcountll(seen);
+    if (!secure) CHECK(offsets >= 8, "16 blocks of %zu bytes at only %d cache-line offsets", sizes[s], offsets);
+    pool_free_all();
+  }
+  unsigned char *p = (unsigned char *)API(malloc)(64 * KiB);
+  CHECK(p != NULL, "malloc(64 KiB) failed");
+  uint64_t seed = seed_counter++;
+  hkt_fill(p, 64 * KiB, seed);
+  unsigned char *q = (unsigned char *)API(realloc)(p, 128 * KiB);
+  CHECK(q != NULL, "realloc(64 KiB -> 128 KiB) failed");
+  CHECK(hkt_verify(q, 64 * KiB, seed) == HKT_OK, "realloc(64 KiB -> 128 KiB) lost data");
+  CHECK(usable_of(q) >= 128 * KiB, "realloc(-> 128 KiB): usable %zu", usable_of(q));
+  unsigned char *r = (unsigned char *)API(realloc)(q, 40 * KiB);
+  CHECK(r != NULL && hkt_verify(r, 40 * KiB, seed) == HKT_OK, "realloc(128 KiB -> 40 KiB) lost data");
+  API(free)(r);
+  for (size_t align = 128; align <= 64 * KiB; align *= 4) {
+    pool_add(check_new(API(aligned_alloc)(align, 64 * KiB), 64 * KiB, align, "aligned_alloc(64 KiB)"));
+    pool_add(check_new(API(aligned_alloc)(align, 256 * KiB), 256 * KiB, align, "aligned_alloc(256 KiB)"));
+  }
+  check_pool_disjoint("aligned coloured sizes");
+  verify_pool("aligned coloured sizes");
+  pool_free_all();
+}
+
 static void test_realloc_huge(void) {
   size_t starts[] = {100, 200000, 3 * MiB};
   size_t huge[] = {SIZE_MAX, SIZE_MAX - 4096, SIZE_MAX - 2 * MiB, (size_t)PTRDIFF_MAX, (size_t)1 << 48};
@@ -1154,6 +1196,7 @@ int main(void) {
   RUN(test_realloc_tiers);
   RUN(test_realloc_shrink_keeps);
   RUN(test_realloc_in_place);
+  RUN(test_colored_blocks);
   RUN(test_realloc_huge);
   RUN(test_free_errno);
   RUN(test_trim);
