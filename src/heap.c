@@ -500,13 +500,22 @@ static void purge_blocks(hk_heap *h, bool force) {
  * no room after them (tried: realloc_growth peak RSS 23.0 -> 23.6 MiB). */
 static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned room) {
   hk_page *page = room ? NULL : take_spare(h, cls, nslabs);
+  /* the colour slab (sizeclass.c) of a span last used otherwise may hold
+   * committed memory that the block will not use: give it back (a spare
+   * of the same class has touched one OS page of it at most) */
+  bool tail_dirty = page != NULL && page->cls != cls;
   if (page == NULL) {
-    bool clean = false;
-    page = hk_region_alloc_span(nslabs, cls, &clean, room);
-    if (page != NULL && clean) h->grown_bytes += span_bytes(page);
+    uint32_t dirty = 0;
+    page = hk_region_alloc_span(nslabs, cls, &dirty, room);
+    if (page != NULL && dirty == 0) h->grown_bytes += span_bytes(page);
+    tail_dirty = (dirty >> (nslabs - 1)) & 1;
   }
   if (page == NULL) return NULL;
   hk_page_init(page, cls);
+  if (tail_dirty && hk_color_slabs(cls, nslabs)) {
+    uintptr_t used_end = (page->start + page->block_size + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
+    hk_os_purge((void *)used_end, hk_page_span_start(page) + span_bytes(page) - used_end);
+  }
   atomic_store_explicit(&page->heap, hk_owner_tag(h), memory_order_release);
   h->stats.pages_acquired++;
   /* Every so often look at all parked pages: a hint can be lost when a page

@@ -427,9 +427,10 @@ void hk_stats_print(void);
 
 /* ---- region.c: slab spans, shared by all threads (one lock, off the fast path) ---- */
 extern pthread_mutex_t hk_region_lock;
-/* NULL on OOM; clean: no slab of it holds committed memory; room: prefer a
- * run followed by this many free slabs */
-hk_page *hk_region_alloc_span(unsigned nslabs, unsigned cls, bool *clean, unsigned room);
+/* NULL on OOM; dirty: bit k set if the span's slab k may hold committed
+ * memory (0: the span is clean); room: prefer a run followed by this many
+ * free slabs */
+hk_page *hk_region_alloc_span(unsigned nslabs, unsigned cls, uint32_t *dirty, unsigned room);
 void hk_region_free_span(hk_page *page);
 bool hk_region_grow_span(hk_page *page, unsigned nslabs);   /* take the free slabs after it, if free */
 void hk_region_shrink_span(hk_page *page, unsigned nslabs); /* give back its tail slabs */

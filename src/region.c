@@ -207,7 +207,7 @@ bool hk_region_purge(bool force) {
   return released;
 }
 
-hk_page *hk_region_alloc_span(unsigned n, unsigned cls, bool *clean, unsigned room) {
+hk_page *hk_region_alloc_span(unsigned n, unsigned cls, uint32_t *dirty, unsigned room) {
   pthread_mutex_lock(&hk_region_lock);
   maybe_purge_locked();
   /* Prefer, in order: a committed run this class used last (see below),
@@ -264,7 +264,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, bool *clean, unsigned ro
   }
   unsigned i = (unsigned)__builtin_ctz(best_runs);
   uint32_t run = (n == 32 ? ~0u : ((1u << n) - 1)) << i;
-  *clean = (best->dirty_mask & run) == 0;
+  *dirty = (best->dirty_mask & run) >> i;
   best->free_mask &= ~run;
   best->dirty_mask &= ~run;
   if (best->dirty_mask == 0) best->purge_at_ms = 0;
