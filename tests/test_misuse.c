@@ -105,6 +105,21 @@ static void free_interior_medium(void) {
   CHECK(p != NULL, "malloc failed");
   API(free)(hkt_opaque_ptr(p + 4096));
 }
+/* A 256 KiB block is coloured (src/page.c): it starts 0-4032 bytes into
+ * its span. Freeing the span's start, below the block, is invalid (when the
+ * colour is 0 the span's start is the block: step past it, then back). */
+static void free_before_colored(void) {
+  char *p = (char *)API(malloc)(256 * KiB);
+  CHECK(p != NULL, "malloc failed");
+  uintptr_t below = ((uintptr_t)p & ~(uintptr_t)0xffff) - ((uintptr_t)p % 65536 == 0 ? 64 : 0);
+  API(free)(hkt_opaque_ptr((void *)below));
+}
+static void double_free_colored(void) {
+  void *p = API(malloc)(64 * KiB);
+  CHECK(p != NULL, "malloc failed");
+  API(free)(p);
+  API(free)(hkt_opaque_ptr(p));
+}
 static void double_free_aligned(void) {
   void *p = API(aligned_alloc)(256, 300);
   CHECK(p != NULL, "aligned_alloc failed");
@@ -329,6 +344,8 @@ static const mcase cases[] = {
     {"free of a 2 MiB-aligned mmap() pointer", free_mmap_2mib_aligned, 0, SIGABRT, NULL},
     {"free of a pointer into the middle of a 4 MiB block", free_interior_large, 0, SIGABRT, NULL},
     {"free of a pointer into the middle of a 200 KiB block", free_interior_medium, 0, SIGABRT, NULL},
+    {"free of the span start below a coloured 256 KiB block", free_before_colored, 0, SIGABRT, NULL},
+    {"double free of a coloured 64 KiB block", double_free_colored, 0, SIGABRT, NULL},
     {"double free of an aligned_alloc(256) block", double_free_aligned, 0, SIGABRT, NULL},
     {"double free of an aligned_alloc(1 MiB) block", double_free_aligned_large, 0, SIGABRT, NULL},
     {"realloc of a stack address", realloc_stack, 0, SIGABRT, NULL},
