@@ -179,10 +179,14 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   }
   size_t off = data_offset(align);
   /* the mapping's size does not depend on the colour: a cached one fits any */
-  size_t span = align <= 64 && !hk_secure ? HK_LARGE_HEADER + HK_OS_PAGE - 64 : off;
+  bool colored = align <= 64 && !hk_secure;
+  size_t span = colored ? HK_LARGE_HEADER + HK_OS_PAGE - 64 : off;
   size_t need = round_page(span + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
   bool detach = align >= HK_REGION_SIZE;
   hk_region *r = detach ? NULL : cache_take(need, off);
+  /* a reused mapping keeps its colour: a program that reuses the block
+   * writes the same lines, which may still be cached (fixed_2m) */
+  if (r != NULL && colored && r->user_offset >= HK_LARGE_HEADER && r->user_offset <= span) off = r->user_offset;
   if (r == NULL) {
     r = map_large(need, detach ? align : HK_REGION_SIZE);
     if (r == NULL) {

@@ -802,6 +802,16 @@ static void test_colored_blocks(void) {
   check_pool_disjoint("aligned coloured sizes");
   verify_pool("aligned coloured sizes");
   pool_free_all();
+  /* a large block freed and allocated again comes back from the cache with
+   * its colour: the same address, so the lines a program reuses stay put */
+  if (!secure) {
+    void *a = API(malloc)(2 * MiB);
+    CHECK(a != NULL, "malloc(2 MiB) failed");
+    API(free)(a);
+    void *b = API(malloc)(2 * MiB);
+    CHECK(b == a, "malloc(2 MiB) after free: %p, expected the cached block at %p", b, a);
+    API(free)(b);
+  }
 }
 
 static void test_realloc_huge(void) {
