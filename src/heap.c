@@ -405,14 +405,16 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
    * malloc/free loop does not churn pages. An empty single-slab current
    * page stays; an emptied page of up to SWAP_SLABS slabs replaces a
    * current page that has no free block (e.g. 64 or 256 KiB blocks, one per
-   * page: fixed_256k +16 % against retiring it). Larger spans would keep up
+   * page: fixed_256k +16 % against retiring it; a colour slab, which holds
+   * no data, does not count: +14 %). Larger spans would keep up
    * to 1 MiB per class with an idle thread (fragmentation's RSS after
    * freeing all rose from 6.2 to 9.5 MiB), so they retire like any other
    * empty page. */
   hk_page *cur = h->queues[cls].first;
   if (hk_page_used(page) == 0 && page != cur) {
     queue_remove(&h->queues[cls], page);
-    if (page->nslabs <= SWAP_SLABS && cur != NULL && hk_list_end(cur->free) && cur->capacity == cur->reserved &&
+    unsigned data_slabs = page->nslabs - hk_color_slabs(cls, page->nslabs);
+    if (data_slabs <= SWAP_SLABS && cur != NULL && hk_list_end(cur->free) && cur->capacity == cur->reserved &&
         hk_page_used(cur) != 0) {
       uncurrent(cur);
       queue_push_front(&h->queues[cls], page);
