@@ -30,7 +30,7 @@ static uintptr_t page_key(const hk_page *page) {
  * such block, so the same offset into each, and the same offset into each
  * of their 4 KiB pages, falls in the same L1 cache set: eight lines at most
  * (fixed_64k, which writes one byte in each 4 KiB page of four 64 KiB
- * blocks: 8 Mops/s, 16 with colours). The offsets go round all HK_COLORS
+ * blocks: 8.0 Mops/s, 21.6 with colours). The offsets go round all HK_COLORS
  * lines of a 4 KiB page, 37 lines apart, per thread. */
 size_t hk_color_offset(void) {
   static __thread unsigned counter __attribute__((tls_model("initial-exec")));
@@ -53,7 +53,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
   /* Aligned allocation avoids coloured classes (alloc.c). Hardened mode
    * keeps blocks on the span's start. A span that served this class
    * keeps its colour: a program that reuses the block writes the same
-   * lines, which may still be cached (fixed_256k: 3.2 -> 4.0 Mops/s). */
+   * lines, which may still be cached (fixed_256k: 3.09 -> 3.37 Mops/s). */
   if (hk_color_slabs(cls, page->nslabs)) {
     page->reserved = 1;
     page->start += same_class && old_color < HK_COLORS * 64 ? old_color : hk_color_offset();

@@ -784,16 +784,24 @@ static void test_colored_blocks(void) {
     if (!secure) CHECK(offsets >= 8, "16 blocks of %zu bytes at only %d cache-line offsets", sizes[s], offsets);
     pool_free_all();
   }
-  unsigned char *p = (unsigned char *)API(malloc)(64 * KiB);
-  CHECK(p != NULL, "malloc(64 KiB) failed");
+  /* a coloured 128 KiB block shrinks to 40 KiB in place (a 64 KiB coloured
+   * span: a block that did not resize in place would move to the 40 KiB
+   * class), then grows back into the slab it just gave up */
+  unsigned char *p = (unsigned char *)API(malloc)(128 * KiB);
+  CHECK(p != NULL, "malloc(128 KiB) failed");
   uint64_t seed = seed_counter++;
-  hkt_fill(p, 64 * KiB, seed);
-  unsigned char *q = (unsigned char *)API(realloc)(p, 128 * KiB);
-  CHECK(q != NULL, "realloc(64 KiB -> 128 KiB) failed");
-  CHECK(hkt_verify(q, 64 * KiB, seed) == HKT_OK, "realloc(64 KiB -> 128 KiB) lost data");
-  CHECK(usable_of(q) >= 128 * KiB, "realloc(-> 128 KiB): usable %zu", usable_of(q));
-  unsigned char *r = (unsigned char *)API(realloc)(q, 40 * KiB);
-  CHECK(r != NULL && hkt_verify(r, 40 * KiB, seed) == HKT_OK, "realloc(128 KiB -> 40 KiB) lost data");
+  hkt_fill(p, 128 * KiB, seed);
+  unsigned char *q = (unsigned char *)API(realloc)(p, 40 * KiB);
+  CHECK(q != NULL && hkt_verify(q, 40 * KiB, seed) == HKT_OK, "realloc(128 KiB -> 40 KiB) lost data");
+  if (!secure) {
+    CHECK(q == p, "realloc(coloured 128 KiB -> 40 KiB) moved the block (%p -> %p)", (void *)p, (void *)q);
+    CHECK(usable_of(q) == 64 * KiB, "realloc(coloured 128 KiB -> 40 KiB): usable %zu", usable_of(q));
+  }
+  seed = seed_counter++;
+  hkt_fill(q, 40 * KiB, seed);
+  unsigned char *r = (unsigned char *)API(realloc)(q, 128 * KiB);
+  CHECK(r != NULL && hkt_verify(r, 40 * KiB, seed) == HKT_OK, "realloc(40 KiB -> 128 KiB) lost data");
+  if (!secure) CHECK(r == q, "realloc(coloured 40 KiB -> 128 KiB) moved the block (%p -> %p)", (void *)q, (void *)r);
   API(free)(r);
   for (size_t align = 128; align <= 64 * KiB; align *= 4) {
     pool_add(check_new(API(aligned_alloc)(align, 64 * KiB), 64 * KiB, align, "aligned_alloc(64 KiB)"));
