@@ -85,6 +85,12 @@ static hk_region *regions;       /* every small region; full ones (no free slab)
 static hk_region *regions_tail;
 static uint64_t next_purge_ms;
 
+/* Free slabs become dirty (may hold committed pages) until purged. */
+static void mark_dirty(hk_region *r, uint32_t run, uint64_t now) {
+  if (r->dirty_mask == 0) r->purge_at_ms = now + (uint64_t)hk_opt.purge_delay_ms;
+  r->dirty_mask |= run;
+}
+
 void hk_region_register(void *base) {
   uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
   if (idx >> HK_MAP_BITS) hk_fatal("mapping above the supported address space", base);
@@ -207,6 +213,37 @@ bool hk_region_purge(bool force) {
   return released;
 }
 
+/* ---- purging on growth ----
+ * A free slab stays committed for the purge delay, so that a program that
+ * frees and allocates again takes it back without page faults. But the
+ * span search takes committed runs first (see below), so a new span made of
+ * clean slabs (never used, or purged) means that no committed run suited
+ * the request: the program is growing, and the committed free slabs only
+ * add to its RSS until their delay is up. Every HK_GROWTH_PURGE_SLABS clean
+ * slabs taken for new spans, the committed free slabs of the other regions
+ * are therefore purged at once. A loop that recycles its spans takes no
+ * clean slabs (nor do a thread's spare spans, heap.c, which are not free
+ * slabs), and a block growing in place keeps the free slabs after it: only
+ * the taking region is spared, and growth in place does not count (counting
+ * it purged the other growing buffers' room: realloc_growth 0.56x).
+ * realloc_growth: peak RSS 21.4 -> 16.0 MiB, 2-4 % slower; fragmentation:
+ * peak RSS / live 1.34 -> 1.28 (interleaved A/B, 2026-11-24). Waiting for
+ * a free slab to be 10 ms old first gave 18.8 MiB. */
+#define HK_GROWTH_PURGE_SLABS 16 /* 1 MiB */
+static uint32_t clean_taken;
+
+static void took_clean(const hk_region *taker, unsigned n) {
+  clean_taken += n;
+  if (clean_taken < HK_GROWTH_PURGE_SLABS) return;
+  clean_taken = 0;
+  for (hk_region *r = regions; r != NULL && r->free_mask != 0; r = r->next) {
+    if (r->dirty_mask == 0 || r == taker) continue;
+    purge_runs(r, r->dirty_mask);
+    r->dirty_mask = 0;
+    r->purge_at_ms = 0;
+  }
+}
+
 hk_page *hk_region_alloc_span(unsigned n, unsigned cls, uint32_t *dirty, unsigned room) {
   pthread_mutex_lock(&hk_region_lock);
   maybe_purge_locked();
@@ -268,6 +305,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, uint32_t *dirty, unsigne
   best->free_mask &= ~run;
   best->dirty_mask &= ~run;
   if (best->dirty_mask == 0) best->purge_at_ms = 0;
+  took_clean(best, n - (unsigned)__builtin_popcount(*dirty));
   best->empty_since_ms = 0;
   if (best->free_mask == 0 && best != regions_tail) { /* full: out of the search's way */
     list_unlink(best);
@@ -296,9 +334,8 @@ void hk_region_free_span(hk_page *page) {
     list_push_front(r);
   }
   r->free_mask |= run;
-  r->dirty_mask |= run;
   uint64_t now = hk_os_now_ms();
-  if (r->purge_at_ms == 0) r->purge_at_ms = now + (uint64_t)hk_opt.purge_delay_ms;
+  mark_dirty(r, run, now);
   if (r->free_mask == ALL_SLABS) r->empty_since_ms = now;
   atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, n, memory_order_relaxed);
   if (now >= next_purge_ms) purge_locked(now, false);
@@ -350,8 +387,7 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
     list_push_front(r);
   }
   r->free_mask |= tail;
-  r->dirty_mask |= tail;
-  if (r->purge_at_ms == 0) r->purge_at_ms = hk_os_now_ms() + (uint64_t)hk_opt.purge_delay_ms;
+  mark_dirty(r, tail, hk_os_now_ms());
   atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, old - n, memory_order_relaxed);
   pthread_mutex_unlock(&hk_region_lock);
   hk_purge_poke = true;
