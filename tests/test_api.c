@@ -939,16 +939,6 @@ static void test_trim(void) {
   }
 }
 
-static size_t rss_bytes(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  CHECK(f != NULL, "cannot open /proc/self/statm");
-  unsigned long size = 0, resident = 0;
-  int n = fscanf(f, "%lu %lu", &size, &resident);
-  fclose(f);
-  CHECK(n == 2, "cannot parse /proc/self/statm");
-  return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 /* hakmem.h: malloc_trim returns free memory to the OS now and returns 1 if
  * it released any. 64 MiB of small and medium blocks, all freed: trim must
  * report a release and RSS must drop by most of it. */
@@ -964,11 +954,11 @@ static void test_trim_releases(void) {
     memset(ps[i], 0x77, n);
     total += n;
   }
-  size_t before = rss_bytes();
+  size_t before = hkt_rss_bytes();
   for (int i = 0; i < N; i++) API(free)(ps[i]);
   API(free)(ps);
   int r = API(malloc_trim)(0);
-  size_t after = rss_bytes();
+  size_t after = hkt_rss_bytes();
   printf(" [%zu MiB live: RSS %.1f MiB -> %.1f MiB after free + malloc_trim, returned %d]", total / MiB,
          (double)before / (double)MiB, (double)after / (double)MiB, r);
   CHECK(r == 1, "malloc_trim(0) returned %d after %zu MiB were freed, expected 1 (memory released)", r, total / MiB);
@@ -988,9 +978,9 @@ static void test_large_cache_resident(void) {
     CHECK(ps[i] != NULL, "malloc(4 MiB) failed");
     memset(ps[i], 0x3c, 4 * MiB);
   }
-  size_t before = rss_bytes();
+  size_t before = hkt_rss_bytes();
   for (int i = 0; i < N; i++) API(free)(ps[i]);
-  size_t after = rss_bytes();
+  size_t after = hkt_rss_bytes();
   printf(" [RSS %.1f -> %.1f MiB after freeing %d x 4 MiB]", (double)before / (double)MiB,
          (double)after / (double)MiB, N);
   CHECK(after + 16 * MiB < before, "freed large blocks stay resident: RSS %.1f -> %.1f MiB",
@@ -1015,7 +1005,7 @@ static void test_trim_inside_spans(void) {
     bs[i] = do_malloc(48 * KiB); /* 4 blocks per 3-slab span, filled in order */
     total += bs[i].req;
   }
-  size_t before = rss_bytes();
+  size_t before = hkt_rss_bytes();
   size_t freed = 0;
   for (int i = 0; i < N; i++)
     if (i % 4 != 0) {
@@ -1025,7 +1015,7 @@ static void test_trim_inside_spans(void) {
       bs[i].p = NULL;
     }
   int r = API(malloc_trim)(0);
-  size_t after = rss_bytes();
+  size_t after = hkt_rss_bytes();
   printf(" [%zu of %zu MiB freed, one block per span live: RSS %.1f -> %.1f MiB, trim returned %d]", freed / MiB,
          total / MiB, (double)before / (double)MiB, (double)after / (double)MiB, r);
   CHECK(after + freed / 2 < before, "RSS only dropped from %.1f to %.1f MiB after freeing %.1f MiB and malloc_trim(0)",

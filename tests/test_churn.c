@@ -7,12 +7,10 @@
 #define _GNU_SOURCE
 #include "api.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <fcntl.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -93,31 +91,6 @@ static void *thread_main(void *arg) {
   return NULL;
 }
 
-static size_t rss_bytes(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  CHECK(f != NULL, "cannot open /proc/self/statm: %s", strerror(errno));
-  unsigned long size = 0, resident = 0;
-  int n = fscanf(f, "%lu %lu", &size, &resident);
-  fclose(f);
-  CHECK(n == 2, "cannot parse /proc/self/statm");
-  return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
-}
-
-/* RSS read with plain system calls: fopen would allocate, and an
- * allocator call could do the purging this test expects to happen alone. */
-static size_t rss_quiet(void) {
-  char buf[128];
-  int fd = open("/proc/self/statm", O_RDONLY);
-  CHECK(fd >= 0, "cannot open /proc/self/statm: %s", strerror(errno));
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  CHECK(n > 0, "cannot read /proc/self/statm");
-  buf[n] = 0;
-  unsigned long size = 0, resident = 0;
-  CHECK(sscanf(buf, "%lu %lu", &size, &resident) == 2, "cannot parse /proc/self/statm");
-  return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -140,7 +113,7 @@ static void *big_thread(void *arg) {
     CHECK(big_blocks[i] != NULL, "big thread: malloc(%zu) failed", n);
     memset(big_blocks[i], 0x5a, n);
   }
-  big_rss_peak = rss_quiet();
+  big_rss_peak = hkt_rss_bytes();
   for (int i = 0; i < BIG_SMALL + BIG_MEDIUM; i++)
     if (i % 8 != 0) API(free)(big_blocks[i]);
   return NULL;
@@ -157,14 +130,14 @@ static void run_big_thread(void) {
 /* ...the memory of an exited thread goes back to the OS within a second
  * with no call from the program, and at once on malloc_trim(0). */
 static void test_exited_memory_returns(void) {
-  size_t base = rss_quiet();
+  size_t base = hkt_rss_bytes();
   run_big_thread();
   double t0 = now_s(), waited = 0;
-  size_t rss = rss_quiet();
+  size_t rss = hkt_rss_bytes();
   while (rss > base + 8 * MiB && (waited = now_s() - t0) < 3.0) {
     struct timespec d = {0, 10 * 1000 * 1000};
     nanosleep(&d, NULL);
-    rss = rss_quiet();
+    rss = hkt_rss_bytes();
   }
   printf("exited thread, 48 MiB freed: RSS %.1f -> %.1f MiB (start %.1f) after %.2f s with no call\n",
          (double)big_rss_peak / (double)MiB, (double)rss / (double)MiB, (double)base / (double)MiB, waited);
@@ -174,10 +147,10 @@ static void test_exited_memory_returns(void) {
         "an exited thread's freed memory stays resident: RSS %.1f MiB, %.1f MiB at the start, after %.2f s",
         (double)rss / (double)MiB, (double)base / (double)MiB, waited);
 
-  base = rss_quiet();
+  base = hkt_rss_bytes();
   run_big_thread();
   API(malloc_trim)(0);
-  rss = rss_quiet();
+  rss = hkt_rss_bytes();
   printf("exited thread, 48 MiB freed: RSS %.1f -> %.1f MiB (start %.1f) at once after malloc_trim(0)\n",
          (double)big_rss_peak / (double)MiB, (double)rss / (double)MiB, (double)base / (double)MiB);
   CHECK(rss <= base + 8 * MiB, "malloc_trim(0) left an exited thread's freed memory resident: RSS %.1f MiB, %.1f at the start",
@@ -195,7 +168,7 @@ static void *free_idle_blocks(void *arg) {
   (void)arg;
   struct timespec d = {0, 30 * 1000 * 1000}; /* the owner has been idle a while */
   nanosleep(&d, NULL);
-  idle_rss_before = rss_quiet();
+  idle_rss_before = hkt_rss_bytes();
   for (int i = 0; i < IDLE_BLOCKS; i++) {
     check(idle_blocks[i], 1000, (uint64_t)i, "freer (idle owner's block)");
     API(free)(idle_blocks[i]);
@@ -217,7 +190,7 @@ static void test_idle_owner_pages_return(void) {
   int rc = pthread_create(&t, NULL, free_idle_blocks, NULL);
   CHECK(rc == 0, "pthread_create: %s", strerror(rc));
   pthread_join(t, NULL); /* the freer has exited: its cached blocks went back to their pages */
-  idle_rss_after = rss_quiet();
+  idle_rss_after = hkt_rss_bytes();
   printf("31 MiB freed by another thread while their owner waited: RSS %.1f -> %.1f MiB\n",
          (double)idle_rss_before / (double)MiB, (double)idle_rss_after / (double)MiB);
   CHECK(idle_rss_after + 24 * MiB < idle_rss_before,
@@ -283,7 +256,7 @@ int main(void) {
     list_len = 0;
     pthread_mutex_unlock(&list_lock);
     if (base + BATCH == 504) { /* after the first ~500 threads */
-      rss_first = rss_bytes();
+      rss_first = hkt_rss_bytes();
       printf("RSS after %d threads: %.1f MiB\n", base + BATCH, (double)rss_first / (double)MiB);
       fflush(stdout);
     }
@@ -291,7 +264,7 @@ int main(void) {
   freed += free_list(pending);
   size_t expect = (size_t)NTHREADS * (PER_THREAD / 2);
   CHECK(freed == expect, "main freed %zu handed-off blocks, expected %zu", freed, expect);
-  size_t rss_end = rss_bytes();
+  size_t rss_end = hkt_rss_bytes();
   printf("RSS at the end: %.1f MiB (first measurement %.1f MiB)\n", (double)rss_end / (double)MiB,
          (double)rss_first / (double)MiB);
   CHECK(rss_first > 0, "RSS was not measured");

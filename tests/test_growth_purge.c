@@ -25,16 +25,6 @@
 #define BIG (640 * KiB)
 #define NBIG 4
 
-static size_t rss_bytes(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  CHECK(f != NULL, "cannot open /proc/self/statm");
-  unsigned long size = 0, resident = 0;
-  int n = fscanf(f, "%lu %lu", &size, &resident);
-  fclose(f);
-  CHECK(n == 2, "cannot parse /proc/self/statm");
-  return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
-}
-
 int main(void) {
   const char *delay = getenv("HAKMEM_PURGE_DELAY_MS");
   CHECK(delay != NULL && atol(delay) >= 1000000, "run with HAKMEM_PURGE_DELAY_MS=1000000 (ctest sets it)");
@@ -45,13 +35,13 @@ int main(void) {
     hkt_fill(p[i], SMALL, (uint64_t)i);
   }
   for (int i = 0; i < N; i += 2) API(free)(p[i]);
-  size_t before = rss_bytes();
+  size_t before = hkt_rss_bytes();
   for (int i = 0; i < NBIG; i++) {
     big[i] = (unsigned char *)API(malloc)(BIG);
     CHECK(big[i] != NULL, "malloc(%zu) failed", BIG);
     big[i][0] = 1; /* one OS page each: the new blocks add almost nothing */
   }
-  size_t after = rss_bytes();
+  size_t after = hkt_rss_bytes();
   /* 32 x 192 KiB freed; the heap keeps up to 2 MiB of empty spans (8 of
    * them) for reuse; the other 24 are free slabs. Most of those must be
    * purged: some may share the region the big blocks went to. */
