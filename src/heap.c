@@ -671,7 +671,7 @@ bool hk_heap_resize_span_block(hk_heap *h, hk_page *page, size_t size) {
   unsigned color = hk_color_slabs(page->cls, page->nslabs);
   unsigned n = (unsigned)((size + HK_SLAB_SIZE - 1) >> HK_SLAB_SHIFT);
   /* a coloured block stays coloured: its new class must be one */
-  if (color && !hk_class_colored[hk_size_class((size_t)n << HK_SLAB_SHIFT)]) return false;
+  if (color && hk_class_colored[hk_size_class((size_t)n << HK_SLAB_SHIFT)] != HK_COLORED_SLAB) return false;
   n += color;
   if (n == page->nslabs) return true;
   if (!hk_page_parked(page)) {

@@ -65,9 +65,11 @@
 
 extern uint32_t hk_class_size[HK_NCLASSES];
 extern uint8_t hk_class_slabs[HK_NCLASSES];
-/* 1: the class's pages hold one block that starts at one of HK_COLORS cache-
- * line offsets into its span (page.c); its span has a slab more for that */
+/* Non-zero: the class's pages hold one block that starts at one of
+ * HK_COLORS cache-line offsets into its span (page.c); the span has a slab
+ * more for that (HK_COLORED_SLAB) or wastes 4 KiB or more anyway */
 extern uint8_t hk_class_colored[HK_NCLASSES];
+enum { HK_COLORED_SLAB = 1, HK_COLORED_IN_SPAN = 2 };
 #define HK_COLORS 64
 extern uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
 extern uint8_t hk_class_lut_first[HK_NCLASSES];
@@ -461,7 +463,7 @@ size_t hk_color_offset(void);
 /* A page of class cls and nslabs slabs is coloured: a span of the class's
  * own length (a realloc span block of the same class is a slab shorter) */
 HK_INLINE unsigned hk_color_slabs(unsigned cls, unsigned nslabs) {
-  return hk_class_colored[cls] && nslabs == hk_class_slabs[cls] && !hk_secure;
+  return hk_class_colored[cls] == HK_COLORED_SLAB && nslabs == hk_class_slabs[cls] && !hk_secure;
 }
 uintptr_t hk_page_span_start(const hk_page *page);
 bool hk_page_extend(hk_page *page);

@@ -762,16 +762,18 @@ static void test_realloc_in_place(void) {
   }
 }
 
-/* Blocks alone in their page (64 KiB, 256 KiB) start at cache-line offsets
- * that vary from page to page (cache colouring, src/page.c): of 16 live
- * blocks, not all at one offset into their 4 KiB page. A coloured block
- * still grows and shrinks in place, and aligned requests of those sizes are
- * aligned. (Hardened mode keeps blocks on their span's start.) */
+/* Blocks alone in their page (64 KiB and 256 KiB, whose span gets a slab
+ * for the colour; 240 KiB and 112 KiB, whose span has room to spare) start
+ * at cache-line offsets that vary from page to page (cache colouring,
+ * src/page.c): of 16 live blocks, not all at one offset into their 4 KiB
+ * page. A coloured block still grows and shrinks in place, and aligned
+ * requests of those sizes are aligned. (Hardened mode keeps blocks on their
+ * span's start.) */
 static void test_colored_blocks(void) {
   const char *sec = getenv("HAKMEM_SECURE");
   bool secure = sec != NULL && atoi(sec) > 0;
-  static const size_t sizes[] = {64 * KiB, 256 * KiB};
-  for (size_t s = 0; s < 2; s++) {
+  static const size_t sizes[] = {64 * KiB, 256 * KiB, 240 * KiB, 112 * KiB};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
     uintptr_t seen = 0; /* bit i: some block at cache line i of its 4 KiB page */
     for (int i = 0; i < 16; i++) {
       blk b = do_malloc(sizes[s]);
@@ -806,6 +808,7 @@ static void test_colored_blocks(void) {
   for (size_t align = 128; align <= 64 * KiB; align *= 4) {
     pool_add(check_new(API(aligned_alloc)(align, 64 * KiB), 64 * KiB, align, "aligned_alloc(64 KiB)"));
     pool_add(check_new(API(aligned_alloc)(align, 256 * KiB), 256 * KiB, align, "aligned_alloc(256 KiB)"));
+    pool_add(check_new(API(aligned_alloc)(align, 240 * KiB), 240 * KiB, align, "aligned_alloc(240 KiB)"));
   }
   check_pool_disjoint("aligned coloured sizes");
   verify_pool("aligned coloured sizes");
