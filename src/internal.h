@@ -460,10 +460,15 @@ void hk_purger_fork_child(void);
 /* ---- page.c ---- */
 void hk_page_init(hk_page *page, unsigned cls);
 size_t hk_color_offset(void);
-/* A page of class cls and nslabs slabs is coloured: a span of the class's
- * own length (a realloc span block of the same class is a slab shorter) */
+/* Slabs (0 or 1) that a page of class cls and nslabs slabs has for its
+ * colour: 1 for a class that gets one, in a span of the class's own length
+ * (a realloc span block of the same class is a slab shorter) */
 HK_INLINE unsigned hk_color_slabs(unsigned cls, unsigned nslabs) {
   return hk_class_colored[cls] == HK_COLORED_SLAB && nslabs == hk_class_slabs[cls] && !hk_secure;
+}
+/* Such a page's block starts at a colour offset (with or without a slab for it) */
+HK_INLINE bool hk_colored_page(unsigned cls, unsigned nslabs) {
+  return hk_class_colored[cls] && nslabs == hk_class_slabs[cls] && !hk_secure;
 }
 uintptr_t hk_page_span_start(const hk_page *page);
 bool hk_page_extend(hk_page *page);

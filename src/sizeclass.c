@@ -9,8 +9,8 @@
  * A long span needs as many contiguous free slabs, which a heap fragmented
  * by earlier frees rarely has, so such pages took fresh memory; and a page
  * of few blocks is whole again, and reusable by any class, sooner
- * (fragmentation: page faults 96.6k -> 90.4k, 4.7 % faster, peak RSS /
- * live 1.28 -> 1.30; 2026-11-24, A/B 7 runs). Below a slab, shorter spans
+ * (fragmentation: page faults 96.6k -> 90.5k, peak RSS / live 1.28 ->
+ * 1.30, speed +4.7 % and -0.2 % in two 7-run A/Bs; 2026-11-24). Below a slab, shorter spans
  * cost mid_large_mt a quarter of its speed: pages of few small blocks
  * empty and fill too often (docs/DESIGN.md, Known limits).
  *
