@@ -174,6 +174,13 @@ static void purge_runs(hk_region *r, uint32_t mask) {
   }
 }
 
+/* Give back all of r's committed free slabs. Caller holds hk_region_lock. */
+static void purge_dirty(hk_region *r) {
+  purge_runs(r, r->dirty_mask);
+  r->dirty_mask = 0;
+  r->purge_at_ms = 0;
+}
+
 /* Caller holds hk_region_lock. */
 static bool purge_locked(uint64_t now, bool force) {
   bool released = false;
@@ -182,9 +189,7 @@ static bool purge_locked(uint64_t now, bool force) {
   for (hk_region *r = regions; r != NULL && r->free_mask != 0; r = next) {
     next = r->next;
     if (r->dirty_mask && (force || now >= r->purge_at_ms)) {
-      purge_runs(r, r->dirty_mask);
-      r->dirty_mask = 0;
-      r->purge_at_ms = 0;
+      purge_dirty(r);
       released = true;
     }
     if (r->free_mask == ALL_SLABS) {
@@ -237,10 +242,7 @@ static void took_clean(const hk_region *taker, unsigned n) {
   if (clean_taken < HK_GROWTH_PURGE_SLABS) return;
   clean_taken = 0;
   for (hk_region *r = regions; r != NULL && r->free_mask != 0; r = r->next) {
-    if (r->dirty_mask == 0 || r == taker) continue;
-    purge_runs(r, r->dirty_mask);
-    r->dirty_mask = 0;
-    r->purge_at_ms = 0;
+    if (r->dirty_mask != 0 && r != taker) purge_dirty(r);
   }
 }
 
