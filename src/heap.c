@@ -296,7 +296,10 @@ void hk_abandoned_sweep(bool trim, bool force) {
         hk_page_collect(p, HK_PAGE_ABANDONED);
         if (hk_page_used(p) == 0 && p->idle_ms == 0) note_empty(p, now);
       }
-      if (trim && p->idle_ms != 0 && now >= p->idle_ms + delay) {
+      /* now | 1: idle_ms is rounded up to odd, and a coarse clock (4 ms
+       * ticks) reads even: `now >=` alone never released a page noted
+       * empty in the same millisecond, even with force */
+      if (trim && p->idle_ms != 0 && (now | 1) >= p->idle_ms + delay) {
         queue_remove(&abandoned[c], p);
         atomic_fetch_sub_explicit(&abandoned_count[c], 1, memory_order_relaxed);
         atomic_fetch_sub_explicit(&abandoned_empty, 1, memory_order_relaxed);

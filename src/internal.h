@@ -494,6 +494,7 @@ bool hk_heap_resize_span_block(hk_heap *heap, hk_page *page, size_t size);
 void *hk_heap_alloc_span_block(hk_heap *heap, size_t size);
 void hk_abandoned_sweep(bool trim, bool force);
 uint32_t hk_abandoned_empty(void);                 /* empty pages of exited threads kept now */
+extern _Atomic uint32_t hk_abandoned_hint;         /* a remote free reached an abandoned page */
 void hk_thread_init_key(void);
 extern pthread_mutex_t hk_heap_lock, hk_abandoned_lock;
 

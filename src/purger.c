@@ -27,7 +27,10 @@ static void nap_ms(long ms) {
   }
 }
 
-static bool pending(void) { return hk_region_pending() || hk_large_pending() || hk_abandoned_empty() != 0; }
+static bool pending(void) {
+  return hk_region_pending() || hk_large_pending() || hk_abandoned_empty() != 0 ||
+         atomic_load_explicit(&hk_abandoned_hint, memory_order_acquire);
+}
 
 static void *purger_main(void *arg) {
   (void)arg;

@@ -28,8 +28,6 @@
 
 #define HK_FOREIGN_TAG 16 /* inside slab 0, never a block, never a list end */
 
-extern _Atomic uint32_t hk_abandoned_hint;
-
 /* ---- parked pages of idle owners ----
  * A page parked full whose blocks have all come back through remote frees
  * is free, but only its owner can reuse it, and an owner that no longer
@@ -131,8 +129,12 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
   /* Heaps are never unmapped, so a stale owner pointer is harmless here. */
   if (state == HK_PAGE_FULL && owner != NULL)
     atomic_store_explicit(&owner->remote_hint, 1, memory_order_release);
-  else if (state == HK_PAGE_ABANDONED)
-    atomic_store_explicit(&hk_abandoned_hint, 1, memory_order_release);
+  else if (state == HK_PAGE_ABANDONED && !atomic_exchange_explicit(&hk_abandoned_hint, 1, memory_order_acq_rel))
+    /* Only a sweep notes a page that empties here, and a program whose
+     * other threads have exited may make no further call that sweeps: the
+     * purger must (started now if it never was; no lock is held here, and
+     * the cache being flushed is already detached from the heap). */
+    hk_purger_notify();
 }
 
 HK_INLINE uintptr_t foreign_tag(const hk_page *page, const hk_block *b) {
