@@ -12,7 +12,8 @@
  * (fragmentation: page faults 96.6k -> 90.5k, peak RSS / live 1.28 ->
  * 1.30, speed +4.7 % and -0.2 % in two 7-run A/Bs; 2026-11-24). Below a slab, shorter spans
  * cost mid_large_mt a quarter of its speed: pages of few small blocks
- * empty and fill too often (docs/DESIGN.md, Known limits).
+ * empty and fill too often (docs/DESIGN.md, Known limits), so there a page
+ * holds at least HK_MEDIUM_MIN_BLOCKS blocks.
  *
  * Where the span holds a single block, the class is coloured: the block
  * starts at one of HK_COLORS cache-line offsets (page.c). If the span
@@ -28,6 +29,16 @@ uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
 uint8_t hk_class_lut_first[HK_NCLASSES]; /* first slot of hk_class_lut holding each class */
 uint8_t hk_class_foreign_max[HK_NCLASSES];
 
+/* Blocks between 8 KiB and a slab: pages of at least this many blocks. The
+ * least waste alone gave 16 and 32 KiB blocks one-slab pages of 4 and 2
+ * blocks, which a program with a few dozen such blocks live exhausts and
+ * refills every few operations: each time a page search, the exhausted page
+ * parked full and unparked by the next free into it (mid_large_mt,
+ * callgrind: 75k slow-path mallocs and 70k parks per 1M operations of a
+ * thread; with 8 blocks 36k and 21k, 7.6 % fewer instructions in all,
+ * +6-7 % ops/s; 2026-11-25, docs/BENCHMARKS.md). */
+#define HK_MEDIUM_MIN_BLOCKS 8
+
 static unsigned span_for(uint32_t bs) {
   if (bs <= 8192) return 1;
   unsigned best = 0;
@@ -38,6 +49,7 @@ static unsigned span_for(uint32_t bs) {
     uint64_t blocks = span / bs;
     uint64_t waste = span - blocks * bs;
     if (bs > HK_SLAB_SIZE && waste * 8 <= span) return n;
+    if (bs < HK_SLAB_SIZE && blocks < HK_MEDIUM_MIN_BLOCKS) continue;
     /* compare waste as a fraction of the span: waste/span < best/bestspan */
     if (best == 0 || waste * ((uint64_t)best * HK_SLAB_SIZE) < best_waste * span) {
       best = n;
