@@ -1,6 +1,8 @@
 /* The malloc and free fast paths, inlined into every entry point.
  *
- * Same-thread malloc: pop the class's current page's free list.
+ * Same-thread malloc: pop the class's current page's free list (after the
+ *                     blocks of other threads' pages this thread freed, if
+ *                     it holds any: one test of a counter otherwise).
  * Same-thread free:   look the page up in the arena's page table, check the
  *                     pointer is a block start, push.
  * Neither takes a lock, does an atomic read-modify-write or a system call;
@@ -12,16 +14,8 @@
 
 #include "internal.h"
 
-HK_INLINE void *hk_malloc_fast(size_t size) {
-  hk_heap *heap = hk_tls_heap;
-  hk_page *page;
-  if (HK_LIKELY(size <= HK_LUT_MAX)) {
-    page = heap->by_size[(size + 7) >> 3];
-  } else if (HK_LIKELY(size <= HK_MEDIUM_MAX)) {
-    page = heap->direct[hk_size_class(size)];
-  } else {
-    return hk_malloc_slow(heap, size);
-  }
+/* Pop the first free block of `page`, the current page of size's class. */
+HK_INLINE void *hk_malloc_from(hk_heap *heap, hk_page *page, size_t size) {
   hk_block *b = page->free;
   if (HK_LIKELY(!hk_list_end(b))) {
     page->free = hk_link_next(b, page->free_key);
@@ -30,6 +24,21 @@ HK_INLINE void *hk_malloc_fast(size_t size) {
     return b;
   }
   return hk_malloc_slow(heap, size);
+}
+
+HK_INLINE void *hk_malloc_fast(size_t size) {
+  hk_heap *heap = hk_tls_heap;
+  /* blocks of other threads freed here come first (remote.c) */
+  if (HK_UNLIKELY(heap->foreign_bytes != 0)) return hk_malloc_foreign(heap, size);
+  hk_page *page;
+  if (HK_LIKELY(size <= HK_LUT_MAX)) {
+    page = heap->by_size[(size + 7) >> 3];
+  } else if (HK_LIKELY(size <= HK_MEDIUM_MAX)) {
+    page = heap->direct[hk_size_class(size)];
+  } else {
+    return hk_malloc_slow(heap, size);
+  }
+  return hk_malloc_from(heap, page, size);
 }
 
 /* Free p as a block of `page`, or tail-call invalid(p) if it is none. */

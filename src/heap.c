@@ -588,7 +588,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
 }
 
 /* A block of class cls for a request of `size` bytes, from the pages. */
-static HK_NOINLINE void *alloc_from_pages(hk_heap *h, size_t size, unsigned cls) {
+static void *alloc_from_pages(hk_heap *h, size_t size, unsigned cls) {
   hk_page *page = h->queues[cls].first;
   if (page == NULL || hk_list_end(page->free)) page = find_page(h, cls);
   if (page == NULL) {
@@ -602,16 +602,6 @@ static HK_NOINLINE void *alloc_from_pages(hk_heap *h, size_t size, unsigned cls)
   if (hk_secure) hk_secure_on_alloc(page, b, size);
   hk_purger_poke();
   return b;
-}
-
-/* A block of class cls: when the current page has none, blocks of other
- * threads' pages that this thread freed come first (hot in its cache).
- * That path, taken by about one malloc in five under larson, stays free of
- * the page search's register saves. */
-static void *alloc_in_class(hk_heap *h, size_t size, unsigned cls) {
-  hk_page *page = h->queues[cls].first;
-  if ((page == NULL || hk_list_end(page->free)) && h->foreign[cls] != NULL) return hk_foreign_pop(h, cls);
-  return alloc_from_pages(h, size, cls);
 }
 
 /* From the fast path (the class is computed here: the lookup table is empty
@@ -628,7 +618,7 @@ void *hk_malloc_slow(hk_heap *h, size_t size) {
   size_t need = hk_secure ? size + HK_SECURE_EXTRA : size;
   unsigned cls = need <= HK_MEDIUM_MAX && need >= size ? hk_size_class(need) : HK_NCLASSES;
   if (cls >= HK_NCLASSES) return hk_large_alloc(size, 16, false);
-  return alloc_in_class(h, size, cls);
+  return alloc_from_pages(h, size, cls);
 }
 
 /* Explicit class (aligned allocation): hk_init has run. */
@@ -638,7 +628,7 @@ void *hk_alloc_class(size_t size, unsigned cls) {
     errno = ENOMEM;
     return NULL;
   }
-  return alloc_in_class(h, size, cls);
+  return alloc_from_pages(h, size, cls);
 }
 
 /* ---- blocks alone in their span: resizable in place ----

@@ -327,6 +327,7 @@ typedef struct hk_heap_stats {
 
 #define HK_LUT_SLOTS ((HK_LUT_MAX + 7) / 8 + 1)
 typedef struct hk_heap {
+  uint32_t foreign_bytes;         /* bytes in foreign[]: malloc's first test */
   hk_page *by_size[HK_LUT_SLOTS]; /* = direct[hk_class_lut[(size + 7) >> 3]]: malloc's
                                      first load for sizes up to 1 KiB, without the table */
   hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
@@ -337,7 +338,6 @@ typedef struct hk_heap {
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
   hk_block *foreign[HK_NCLASSES];  /* blocks of other heaps' pages freed here (remote.c) */
   uint16_t foreign_count[HK_NCLASSES];
-  uint32_t foreign_bytes;
   hk_page *full;                  /* parked full pages (doubly linked) */
   hk_page *spare;                 /* empty spans kept for reuse by any class (singly linked) */
   uint32_t spare_bytes;
@@ -478,7 +478,7 @@ bool hk_page_contains_free(hk_page *page, hk_block *b);
 
 /* ---- remote.c: frees of other heaps' blocks ---- */
 void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b);
-void *hk_foreign_pop(hk_heap *h, unsigned cls);
+void *hk_malloc_foreign(hk_heap *h, size_t size); /* malloc while h->foreign_bytes != 0 */
 void hk_reclaim_fork_prepare(void);
 void hk_reclaim_fork_done(void);
 void hk_foreign_flush_all(hk_heap *h);
