@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,6 +265,55 @@ static void test_idle_owners(void) {
          IDLE_PRODUCERS, IDLE_ROUNDS, IDLE_BLOCKS);
 }
 
+/* A block of another thread's page freed here is this thread's next block
+ * of its size class, before the free blocks of its own current page
+ * (src/remote.c): last freed, first reused, while it is hot in this core's
+ * cache. Not in hardened mode, which keeps no such cache. */
+#define REUSE_BLOCKS 32
+#define REUSE_SIZE 200
+static unsigned char *reuse_blocks[REUSE_BLOCKS];
+static void *reuse_freer(void *arg) {
+  (void)arg;
+  unsigned char *own = (unsigned char *)API(malloc)(REUSE_SIZE); /* a current page with free blocks */
+  CHECK(own != NULL, "freer: malloc failed");
+  for (int i = 0; i < REUSE_BLOCKS; i++) API(free)(reuse_blocks[i]);
+  for (int i = REUSE_BLOCKS - 1; i >= 0; i--) {
+    unsigned char *p = (unsigned char *)API(malloc)(REUSE_SIZE);
+    CHECK(p == reuse_blocks[i], "remote-freed block %d not reused first: got %p, freed %p", i, (void *)p,
+          (void *)reuse_blocks[i]);
+    memset(p, 0x3c, REUSE_SIZE);
+    reuse_blocks[i] = p;
+  }
+  API(free)(own);
+  return NULL;
+}
+
+static void test_remote_reuse(void) {
+  unsigned char *probe = (unsigned char *)API(malloc)(REUSE_SIZE + 1);
+  CHECK(probe != NULL, "malloc failed");
+  bool hardened = API(malloc_usable_size)(probe) == REUSE_SIZE + 1; /* docs/SAFETY.md */
+  API(free)(probe);
+  if (hardened) {
+    printf("remote reuse: hardened mode, no cache of remote-freed blocks\n");
+    return;
+  }
+  for (int i = 0; i < REUSE_BLOCKS; i++) {
+    reuse_blocks[i] = (unsigned char *)API(malloc)(REUSE_SIZE);
+    CHECK(reuse_blocks[i] != NULL, "malloc failed");
+    memset(reuse_blocks[i], 0x5a, REUSE_SIZE);
+  }
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, reuse_freer, NULL) == 0, "pthread_create failed");
+  pthread_join(t, NULL);
+  for (int i = 0; i < REUSE_BLOCKS; i++) {
+    for (int k = 0; k < REUSE_SIZE; k++)
+      CHECK(reuse_blocks[i][k] == 0x3c, "block %d byte %d: %#x", i, k, reuse_blocks[i][k]);
+    API(free)(reuse_blocks[i]); /* remote again: the freer has exited */
+  }
+  printf("remote reuse: %d blocks freed by another thread were its next %d mallocs, last freed first\n",
+         REUSE_BLOCKS, REUSE_BLOCKS);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) nthreads = atoi(argv[1]);
   if (argc > 2) iterations = atol(argv[2]);
@@ -273,6 +323,7 @@ int main(int argc, char **argv) {
   }
   printf("test_stress [%s]: %d threads x %ld iterations\n", API_MODE, nthreads, iterations);
   fflush(stdout);
+  test_remote_reuse();
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   CHECK(pthread_barrier_init(&start_barrier, NULL, (unsigned)nthreads) == 0, "pthread_barrier_init failed");
