@@ -288,14 +288,14 @@ static void *reuse_freer(void *arg) {
   return NULL;
 }
 
-static void test_remote_reuse(void) {
+static bool test_remote_reuse(void) {
   unsigned char *probe = (unsigned char *)API(malloc)(REUSE_SIZE + 1);
   CHECK(probe != NULL, "malloc failed");
   bool hardened = API(malloc_usable_size)(probe) == REUSE_SIZE + 1; /* docs/SAFETY.md */
   API(free)(probe);
   if (hardened) {
     printf("remote reuse: hardened mode, no cache of remote-freed blocks\n");
-    return;
+    return true;
   }
   for (int i = 0; i < REUSE_BLOCKS; i++) {
     reuse_blocks[i] = (unsigned char *)API(malloc)(REUSE_SIZE);
@@ -312,6 +312,59 @@ static void test_remote_reuse(void) {
   }
   printf("remote reuse: %d blocks freed by another thread were its next %d mallocs, last freed first\n",
          REUSE_BLOCKS, REUSE_BLOCKS);
+  return false;
+}
+
+/* ...but not the blocks of an owner that has stopped allocating (here the
+ * main thread, waiting in pthread_join): reused by the freer, they would go
+ * round its cache forever, every free of them a remote free. Once the owner
+ * has been idle for a while (src/remote.c, owner_idle), they go back to its
+ * pages, so after that a loop that replaces them ends up with none. */
+#define IDLE_SLOTS 256
+static unsigned char *idle_owner_blocks[IDLE_SLOTS];
+static size_t idle_owner_left;
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+static void *replacer(void *arg) {
+  (void)arg;
+  unsigned char *slot[IDLE_SLOTS];
+  memcpy(slot, idle_owner_blocks, sizeof slot);
+  double t0 = now_s();
+  for (long sweep = 0; sweep < 2 || now_s() - t0 < 0.06; sweep++)
+    for (int i = 0; i < IDLE_SLOTS; i++) {
+      API(free)(slot[i]);
+      slot[i] = (unsigned char *)API(malloc)(REUSE_SIZE);
+      CHECK(slot[i] != NULL, "replacer: malloc failed");
+      slot[i][0] = (unsigned char)i;
+    }
+  for (int sweep = 0; sweep < 2; sweep++) /* all after the owner counts as idle */
+    for (int i = 0; i < IDLE_SLOTS; i++) {
+      API(free)(slot[i]);
+      slot[i] = (unsigned char *)API(malloc)(REUSE_SIZE);
+      CHECK(slot[i] != NULL, "replacer: malloc failed");
+    }
+  for (int i = 0; i < IDLE_SLOTS; i++)
+    for (int k = 0; k < IDLE_SLOTS; k++)
+      if (slot[i] == idle_owner_blocks[k]) idle_owner_left++;
+  for (int i = 0; i < IDLE_SLOTS; i++) API(free)(slot[i]);
+  return NULL;
+}
+
+static void test_idle_owner_blocks_go_back(bool hardened) {
+  if (hardened) return;
+  for (int i = 0; i < IDLE_SLOTS; i++) {
+    idle_owner_blocks[i] = (unsigned char *)API(malloc)(REUSE_SIZE);
+    CHECK(idle_owner_blocks[i] != NULL, "malloc failed");
+  }
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, replacer, NULL) == 0, "pthread_create failed");
+  pthread_join(t, NULL);
+  printf("idle owner: %zu of its %d blocks still in use by the replacing thread after 60 ms\n", idle_owner_left,
+         IDLE_SLOTS);
+  CHECK(idle_owner_left == 0, "%zu blocks of an idle owner still go round another thread's cache", idle_owner_left);
 }
 
 int main(int argc, char **argv) {
@@ -323,7 +376,8 @@ int main(int argc, char **argv) {
   }
   printf("test_stress [%s]: %d threads x %ld iterations\n", API_MODE, nthreads, iterations);
   fflush(stdout);
-  test_remote_reuse();
+  bool hardened = test_remote_reuse();
+  test_idle_owner_blocks_go_back(hardened);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   CHECK(pthread_barrier_init(&start_barrier, NULL, (unsigned)nthreads) == 0, "pthread_barrier_init failed");
