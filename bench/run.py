@@ -55,6 +55,8 @@ BENCHMARKS = [
     Bench("larson", ["larson", "2", "3000", "2000", "2000", "1"],
           ["larson", "2", "300", "2000", "2000", "1"],
           what="server simulation, arrays handed between 2 threads (remote frees)"),
+    Bench("larson_1", ["larson", "1", "6000", "2000", "2000", "1"],
+          what="the same with 1 worker: it replaces blocks the main thread allocated and then waits for"),
     Bench("larson_4", ["larson", "4", "1500", "2000", "2000", "1"],
           what="the same with 4 threads on the machine's cores"),
     Bench("larson_16", ["larson", "16", "400", "2000", "2000", "1"],
