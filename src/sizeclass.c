@@ -34,9 +34,9 @@ uint8_t hk_class_foreign_max[HK_NCLASSES];
  * blocks, which a program with a few dozen such blocks live exhausts and
  * refills every few operations: each time a page search, the exhausted page
  * parked full and unparked by the next free into it (mid_large_mt,
- * callgrind: 75k slow-path mallocs and 70k parks per 1M operations of a
- * thread; with 8 blocks 36k and 21k, 7.6 % fewer instructions in all,
- * +6-7 % ops/s; 2026-11-25, docs/BENCHMARKS.md). */
+ * 2 threads x 1M operations under callgrind: 75k slow-path mallocs and 70k
+ * parks; with 8 blocks 36k and 21k, 7.6 % fewer instructions in all;
+ * +6 % ops/s; 2026-11-25, docs/BENCHMARKS.md). */
 #define HK_MEDIUM_MIN_BLOCKS 8
 
 static unsigned span_for(uint32_t bs) {
