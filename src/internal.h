@@ -154,7 +154,8 @@ typedef struct hk_page {
   uint8_t last_cls;          /* region.c, slabs 1..31 while free: class + 1 of the page that used
                                 the slab last (0: none), kept across the span's release */
   _Atomic uint8_t reclaiming; /* a remote freer is giving the parked page back (remote.c) */
-  uint8_t pad0[6];
+  uint8_t untrimmed;         /* heap.c: an abandoned page reset, its span's tail not yet purged */
+  uint8_t pad0[5];
   /* second cache line */
   hk_block *free;            /* owner's free list */
   uint32_t used;             /* blocks handed out and not yet returned to `free`, plus a base
@@ -198,7 +199,7 @@ HK_INLINE bool hk_page_is_current(const hk_page *page) { return (int32_t)page->u
 HK_INLINE void hk_page_set_state(hk_page *page, int32_t base) {
   page->used = (uint32_t)((int32_t)hk_page_used(page) + base);
 }
-_Static_assert(offsetof(hk_page, pad0) + 6 == 64 && offsetof(hk_page, free) == 64, "the two lines");
+_Static_assert(offsetof(hk_page, pad0) + 5 == 64 && offsetof(hk_page, free) == 64, "the two lines");
 
 HK_INLINE unsigned hk_page_state(hk_page *page) {
   return (unsigned)(atomic_load_explicit(&page->remote, memory_order_acquire) & HK_REMOTE_STATE_MASK);
@@ -415,6 +416,7 @@ typedef struct hk_stats {
   _Atomic uint64_t regions_mapped, regions_unmapped, regions_live, regions_peak;
   _Atomic uint64_t slabs_in_use, slabs_peak, slabs_purged, purge_calls;
   _Atomic uint64_t abandoned_released; /* empty pages of exited threads given back */
+  _Atomic uint64_t abandoned_trimmed;  /* ... kept, their span's tail given back (heap.c, trim_kept) */
   _Atomic uint64_t pages_reclaimed;    /* full pages emptied by remote frees, given back by the freer */
   _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
   _Atomic uint64_t large_unmaps, large_remaps;
@@ -471,6 +473,10 @@ HK_INLINE bool hk_colored_page(unsigned cls, unsigned nslabs) {
   return hk_class_colored[cls] && nslabs == hk_class_slabs[cls] && !hk_secure;
 }
 uintptr_t hk_page_span_start(const hk_page *page);
+/* hk_page_extend carves HK_EXTEND_BYTES of blocks at a time, and at least
+ * HK_EXTEND_MIN_BLOCKS */
+#define HK_EXTEND_BYTES (4u << 10)
+#define HK_EXTEND_MIN_BLOCKS 4u
 bool hk_page_extend(hk_page *page);
 uint32_t hk_page_collect(hk_page *page, unsigned new_state);
 #define HK_COLLECT_RECLAIMED UINT32_MAX

@@ -9,8 +9,6 @@
 
 #include <string.h>
 
-#define EXTEND_BYTES (4u << 10)
-#define EXTEND_MIN_BLOCKS 4u
 
 /* A fresh key for each page (re)initialisation: a leaked or guessed link
  * of one page says nothing about another's. High bits stay set (see
@@ -71,8 +69,8 @@ void hk_page_init(hk_page *page, unsigned cls) {
   atomic_store_explicit(&page->area, 0, memory_order_relaxed);
 }
 
-/* Carve the next EXTEND_BYTES of untouched blocks, and at least
- * EXTEND_MIN_BLOCKS, onto the free list, in address order so that
+/* Carve the next HK_EXTEND_BYTES of untouched blocks, and at least
+ * HK_EXTEND_MIN_BLOCKS, onto the free list, in address order so that
  * consecutive mallocs return neighbouring blocks. Carving writes only each
  * block's first word (one OS page per block); one block at a time sent
  * every fourth or so malloc of 8-32 KiB blocks to the slow path
@@ -81,8 +79,8 @@ bool hk_page_extend(hk_page *page) {
   uintptr_t key = page->key;
   if (page->capacity >= page->reserved) return false;
   uint32_t bs = page->block_size;
-  uint32_t n = EXTEND_BYTES / bs;
-  if (n < EXTEND_MIN_BLOCKS) n = EXTEND_MIN_BLOCKS;
+  uint32_t n = HK_EXTEND_BYTES / bs;
+  if (n < HK_EXTEND_MIN_BLOCKS) n = HK_EXTEND_MIN_BLOCKS;
   if (n > page->reserved - page->capacity) n = page->reserved - page->capacity;
   if (hk_secure) {
     hk_secure_shuffle_extend(page, n);
