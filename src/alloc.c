@@ -43,11 +43,14 @@ void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
     if (req <= HK_MEDIUM_MAX) {
       if (atomic_load_explicit(&hk_init_state, memory_order_acquire) != 2) hk_init();
       unsigned cls = hk_size_class(req);
-      while (cls < HK_NCLASSES && ((hk_class_size[cls] & (align - 1)) != 0 || (align > 64 && hk_class_colored[cls])))
+      while (cls < HK_NSIZES && ((hk_class_size[cls] & (align - 1)) != 0 || (align > 64 && hk_class_colored[cls])))
         cls++;
       /* (e.g. 64 KiB-aligned 256 KiB: the next uncoloured multiple is 1 MiB) */
-      if (cls < HK_NCLASSES && hk_class_size[cls] <= 2 * req) {
-        void *p = hk_secure ? hk_alloc_class(size, cls) : hk_malloc_fast(hk_class_size[cls]);
+      if (cls < HK_NSIZES && hk_class_size[cls] <= 2 * req) {
+        /* padded blocks are only 64-aligned: their twin's are not padded */
+        bool twin = align > HK_CLASS_PAD && hk_class_twin[cls];
+        if (twin) cls = hk_class_twin[cls];
+        void *p = hk_secure || twin ? hk_alloc_class(size, cls) : hk_malloc_fast(hk_class_size[cls]);
         if (p != NULL && zero) memset(p, 0, size);
         return p;
       }

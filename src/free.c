@@ -73,7 +73,8 @@ size_t hk_block_size(const void *p, const char *who) {
   if (!(a - page->start < hk_page_area(page) && hk_is_block_start(page, off)))
     hk_fatal_in(who, "pointer that is not a block", p);
   if (hk_secure) return hk_secure_size(page, (hk_block *)p);
-  return page->block_size;
+  /* a padded class's pad is not the program's (sizeclass.c) */
+  return page->block_size == hk_class_block[page->cls] ? hk_class_size[page->cls] : page->block_size;
 }
 
 size_t hk_usable_size(const void *p) { return p == NULL ? 0 : hk_block_size(p, "malloc_usable_size()"); }

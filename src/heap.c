@@ -658,8 +658,8 @@ void *hk_malloc_slow(hk_heap *h, size_t size) {
   }
   /* hardened: the class must also hold the canary and the trailer */
   size_t need = hk_secure ? size + HK_SECURE_EXTRA : size;
-  unsigned cls = need <= HK_MEDIUM_MAX && need >= size ? hk_size_class(need) : HK_NCLASSES;
-  if (cls >= HK_NCLASSES) return hk_large_alloc(size, 16, false);
+  unsigned cls = need <= HK_MEDIUM_MAX && need >= size ? hk_size_class(need) : HK_NSIZES;
+  if (cls >= HK_NSIZES) return hk_large_alloc(size, 16, false);
   return alloc_from_pages(h, size, cls);
 }
 

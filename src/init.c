@@ -16,7 +16,7 @@ _Atomic int hk_init_state;
 static __thread int initializing __attribute__((tls_model("initial-exec")));
 
 static void check_size_classes(void) {
-  for (unsigned c = 1; c < HK_NCLASSES; c++) {
+  for (unsigned c = 1; c < HK_NSIZES; c++) {
     size_t s = hk_class_size[c];
     if (hk_size_class(s) != c || hk_size_class(hk_class_size[c - 1] + 1) != c)
       hk_fatal("internal error: size class table is inconsistent", NULL);

@@ -56,14 +56,24 @@
 
 /* ---- size classes ----
  * 8-byte steps up to 128 B (classes 0..15), then 8 classes per power of two
- * (12.5 % apart) up to 1 MiB (classes 16..119). */
+ * (12.5 % apart) up to 1 MiB (classes 16..119): HK_NSIZES classes that
+ * sizes map to. The blocks of the classes from 4 to 32 KiB lie
+ * HK_CLASS_PAD bytes apart more than their size (sizeclass.c), and each
+ * of them has a twin class without that pad, for aligned allocation
+ * only: HK_NCLASSES classes in all. */
 #define HK_SMALL_MAX 128
 #define HK_LUT_MAX 1024                  /* sizes served by the lookup table */
 #define HK_MEDIUM_MAX ((size_t)1 << 20)  /* largest size-class block */
-#define HK_NCLASSES 120
+#define HK_NSIZES 120
+#define HK_PAD_FIRST 55                  /* 4 KiB */
+#define HK_PAD_LAST 79                   /* 32 KiB */
+#define HK_CLASS_PAD 64
+#define HK_NCLASSES (HK_NSIZES + HK_PAD_LAST - HK_PAD_FIRST + 1)
 #define HK_MAX_ALIGN_CLASS ((size_t)64 << 10) /* larger alignments go to the large tier */
 
-extern uint32_t hk_class_size[HK_NCLASSES];
+extern uint32_t hk_class_size[HK_NCLASSES];  /* what a block of the class holds (requests up to it) */
+extern uint32_t hk_class_block[HK_NCLASSES]; /* how far apart its blocks lie: the size, or size + HK_CLASS_PAD */
+extern uint8_t hk_class_twin[HK_NCLASSES];   /* a padded class's twin (0: none) */
 extern uint8_t hk_class_slabs[HK_NCLASSES];
 /* Non-zero: the class's pages hold one block that starts at one of
  * HK_COLORS cache-line offsets into its span (page.c); the span has a slab

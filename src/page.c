@@ -41,7 +41,7 @@ uintptr_t hk_page_span_start(const hk_page *page) {
 }
 
 void hk_page_init(hk_page *page, unsigned cls) {
-  uint32_t bs = hk_class_size[cls];
+  uint32_t bs = hk_class_block[cls];
   uint32_t span = (uint32_t)page->nslabs * (uint32_t)HK_SLAB_SIZE;
   uintptr_t old_color = page->start - hk_page_span_start(page); /* a reused span's */
   bool same_class = page->cls == cls && page->block_size == bs;

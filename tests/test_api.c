@@ -1171,6 +1171,56 @@ static void test_size_class_bounds(void) {
   }
 }
 
+/* Blocks of 4 to 32 KiB lie 64 bytes more apart than their class size
+ * (docs/DESIGN.md, "Padded classes"): consecutive blocks start in
+ * different L1 cache sets, where a multiple of 4 KiB apart they would all
+ * share one (and equal offsets into them alias in the store buffer).
+ * Aligned requests of those sizes still get aligned blocks from the size
+ * classes, not from the large tier. */
+static void test_class_padding(void) {
+  size_t sizes[] = {4096, 6000, 8192, 16000, 30000};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    enum { N = 16 };
+    void *p[N];
+    unsigned close = 0;
+    for (int i = 0; i < N; i++) {
+      p[i] = API(malloc)(sizes[s]);
+      CHECK(p[i] != NULL, "malloc(%zu) failed", sizes[s]);
+      memset(p[i], 0x3c, sizes[s]);
+      if (i == 0) continue;
+      uintptr_t a = (uintptr_t)p[i], b = (uintptr_t)p[i - 1], d = a > b ? a - b : b - a;
+      if (d >= 64 * KiB) continue; /* not neighbours in one page */
+      close++;
+      CHECK(((a >> 6) & 63) != ((b >> 6) & 63), "malloc(%zu): neighbours %p and %p start in the same cache set",
+            sizes[s], (void *)b, (void *)a);
+    }
+    CHECK(close >= N / 2, "malloc(%zu) x %d: only %u neighbours", sizes[s], N, close);
+    for (int i = 0; i < N; i++) API(free)(p[i]);
+  }
+  size_t aligns[] = {128, 4096};
+  for (size_t a = 0; a < 2; a++) {
+    for (size_t size = 4096; size <= 32768; size *= 2) {
+      enum { N = 8 };
+      void *p[N];
+      for (int i = 0; i < N; i++) {
+        CHECK(API(posix_memalign)(&p[i], aligns[a], size) == 0, "posix_memalign(%zu, %zu) failed", aligns[a], size);
+        CHECK(((uintptr_t)p[i] & (aligns[a] - 1)) == 0, "posix_memalign(%zu, %zu) = %p", aligns[a], size, p[i]);
+        CHECK(usable_of(p[i]) >= size, "posix_memalign(%zu, %zu): usable %zu", aligns[a], size, usable_of(p[i]));
+        memset(p[i], 0x3d, size);
+      }
+      /* large blocks lie 2 MiB apart at least; these share pages */
+      unsigned near = 0;
+      for (int i = 1; i < N; i++) {
+        uintptr_t d = (uintptr_t)p[i] > (uintptr_t)p[i - 1] ? (uintptr_t)p[i] - (uintptr_t)p[i - 1]
+                                                            : (uintptr_t)p[i - 1] - (uintptr_t)p[i];
+        near += d < MiB;
+      }
+      CHECK(near >= N / 2, "posix_memalign(%zu, %zu) x %d: only %u neighbours within 1 MiB", aligns[a], size, N, near);
+      for (int i = 0; i < N; i++) API(free)(p[i]);
+    }
+  }
+}
+
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -1219,6 +1269,7 @@ int main(void) {
   RUN(test_libc_extras);
 #endif
   RUN(test_size_class_bounds);
+  RUN(test_class_padding);
   API(free)(pool);
   printf("test_api [%s]: all passed\n", API_MODE);
   return 0;
