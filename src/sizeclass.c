@@ -21,10 +21,10 @@
  * gets one slab more for that, which costs address space only: the block
  * reaches at most one OS page into it.
  *
- * Padded classes (4 to 32 KiB, HK_PAD_FIRST..HK_PAD_LAST): their blocks
+ * Padded classes (4 to 60 KiB, HK_PAD_FIRST..HK_PAD_LAST): their blocks
  * lie HK_CLASS_PAD (64) bytes further apart than their size. Unpadded,
- * such blocks are a multiple of 512 B apart, and those of 8, 16, 24 or
- * 32 KiB a multiple of 4 KiB: the same offset into neighbouring blocks
+ * such blocks are a multiple of 512 B apart, and those of 8, 12, 16 ...
+ * 60 KiB a multiple of 4 KiB: the same offset into neighbouring blocks
  * falls in the same L1 set and has the same low 12 address bits, which the
  * core compares to match a load with earlier stores ("4K aliasing"; which
  * of the two cost more here is not measured: this VM has no hardware
