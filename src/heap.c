@@ -290,8 +290,8 @@ static void thread_done(void *arg) {
  * starts over when it is noted empty: its free list is rebuilt as a fresh
  * page's, carving from the start, which writes only memory the page used
  * first; the purger then gives back the rest of the span (trim_kept), and
- * the inside of its free medium blocks (thread_churn: peak RSS 4.60 ->
- * 4.26 MiB, speed within noise; purging at once, in the exiting thread,
+ * the inside of its free medium blocks (thread_churn: peak RSS 4576 ->
+ * 4320 KiB, speed within noise; purging at once, in the exiting thread,
  * cost 11 % of thread_churn's speed). Not in hardened mode, whose pages
  * carve in random order. */
 static void reset_kept(hk_page *p) {

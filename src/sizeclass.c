@@ -29,7 +29,7 @@
  * core compares to match a load with earlier stores ("4K aliasing"; which
  * of the two cost more here is not measured: this VM has no hardware
  * counters). Two arrays of 16000 B indexed together, larson's p[] and n[],
- * ran the benchmark 17 % slower (larson with 1 worker, 7-run A/B; glibc's
+ * ran the benchmark 11 % slower (larson with 1 worker, 7-run A/B; glibc's
  * 16-byte chunk headers stagger such blocks by themselves). The pad
  * makes a block 64 * an odd number of bytes long, so neighbours start in
  * different sets, and is not the program's: malloc_usable_size reports the
@@ -95,7 +95,7 @@ void hk_sizeclass_init(void) {
     hk_class_block[c] = block;
     /* the span is the unpadded class's, holding a block fewer where the
      * blocks filled it (giving padded classes spans of their own, 1 to 16
-     * slabs, cost realloc_growth 27 % of its speed: 3.3x the page faults) */
+     * slabs, cost realloc_growth 27 % of its speed: 3.2x the page faults) */
     unsigned n = span_for(size);
     if (size > 8192 && (uint64_t)n * HK_SLAB_SIZE / size == 1) {
       if ((uint64_t)n * HK_SLAB_SIZE - size >= (uint64_t)HK_COLORS * 64) {
