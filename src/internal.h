@@ -225,52 +225,44 @@ HK_INLINE void hk_page_park_note(hk_page *page, uint32_t used) {
 #define HK_IDLE_OWNER_MS 10
 
 /* ---- regions ----
- * Slab 0 holds the region's header: its own fields in the first 4 KiB
- * (hk_region) and, at a 4 KiB offset that depends on the region's address,
- * the page array (hk_region_pages). Regions are 2 MiB apart, so page
- * arrays at one offset would all fall in the same 64 sets of every cache
- * level (the L2 and L3 index bits stop below 2 MiB): one region's page
- * headers evicted another's. pages[0] never describes a page (slab 0
- * serves none) and stays zero, so free() of a pointer into slab 0 (a large
- * block's data, or garbage) sees "not a live page"; so does the 8-byte
- * zero_guard at the base, for a large block's header. */
+ * The header is the page array. Slab 0 holds the header itself, so
+ * pages[0] never describes a page; its slot carries the region's own fields
+ * instead, after 8 zero bytes that overlay pages[0].area and .back so that
+ * free() of a pointer into slab 0 (a large block's data, or garbage) sees
+ * "not a live page". */
 #define HK_MAGIC_REGION 0x686b7267u /* "hkrg" */
 enum { HK_KIND_SMALL = 1, HK_KIND_LARGE = 2 };
 enum { HK_LARGE_LIVE = 1, HK_LARGE_CACHED = 2 };
 
 typedef struct hk_region {
-  uint64_t zero_guard;       /* always 0 */
-  uint32_t magic;
-  uint32_t kind;
-  /* small regions (region.c, under hk_region_lock) */
-  struct hk_region *next, *prev;
-  uint32_t free_mask;        /* bit i: slab i is free */
-  uint32_t dirty_mask;       /* bit i: slab i is free but may hold committed pages */
-  uint64_t purge_at_ms;      /* when dirty slabs may be given back (0: none) */
-  uint64_t empty_since_ms;   /* all slabs free since (0: not empty) */
-  /* large blocks (large.c) */
-  size_t map_size;           /* bytes mapped from the region base */
-  size_t user_offset;        /* data starts at base + user_offset */
-  size_t user_size;          /* bytes requested */
-  uint32_t large_state;
-  uint16_t large_zero;       /* data is known to be zero (fresh mapping) */
-  uint16_t large_detached;   /* alignment >= 2 MiB: data is outside the header's
-                                2 MiB unit; found through a list, not the bitmap */
-  uint64_t cached_at_ms;
-  size_t cached_resident;    /* in the cache: data bytes still committed (0 once purged) */
+  union {
+    hk_page pages[HK_SLABS];
+    struct {
+      uint64_t zero_guard;       /* = pages[0].area/back/nslabs/cls: always 0 */
+      uint32_t magic;
+      uint32_t kind;
+      /* small regions (region.c, under hk_region_lock) */
+      struct hk_region *next, *prev;
+      uint32_t free_mask;        /* bit i: slab i is free */
+      uint32_t dirty_mask;       /* bit i: slab i is free but may hold committed pages */
+      uint64_t purge_at_ms;      /* when dirty slabs may be given back (0: none) */
+      uint64_t empty_since_ms;   /* all slabs free since (0: not empty) */
+      /* large blocks (large.c) */
+      size_t map_size;           /* bytes mapped from the region base */
+      size_t user_offset;        /* data starts at base + user_offset */
+      size_t user_size;          /* bytes requested */
+      uint32_t large_state;
+      uint16_t large_zero;       /* data is known to be zero (fresh mapping) */
+      uint16_t large_detached;   /* alignment >= 2 MiB: data is outside the header's
+                                    2 MiB unit; found through a list, not the bitmap */
+      uint64_t cached_at_ms;
+      size_t cached_resident;    /* in the cache: data bytes still committed (0 once purged) */
+    };
+  };
 } hk_region;
 
-/* A small region's page array: at base + 4 KiB + (region number % 8) * 8 KiB,
- * inside slab 0 and clear of the fields. */
-#define HK_PAGE_ARRAY_COLORS 8
-HK_INLINE hk_page *hk_region_pages(const hk_region *r) {
-  uintptr_t a = (uintptr_t)r;
-  return (hk_page *)(a + 4096 + (((a >> HK_REGION_SHIFT) & (HK_PAGE_ARRAY_COLORS - 1)) << 13));
-}
-
-_Static_assert(sizeof(hk_region) <= 4096 && sizeof(hk_region) <= HK_LARGE_HEADER, "region fields fit in 4 KiB");
-_Static_assert(4096 + (HK_PAGE_ARRAY_COLORS - 1) * 8192 + HK_SLABS * sizeof(hk_page) <= HK_SLAB_SIZE,
-               "the page array stays in slab 0");
+_Static_assert(sizeof(hk_region) <= HK_LARGE_HEADER, "region header must fit in 4 KiB");
+_Static_assert(offsetof(hk_region, cached_resident) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
 
 /* ---- the arena and its page table (region.c) ----
  * Small regions come from one reservation of address space, the arena.
@@ -315,7 +307,7 @@ HK_INLINE hk_region *hk_region_of(const void *p) {
 HK_INLINE hk_page *hk_page_of(hk_region *r, const void *p) {
   /* slab index * 128 in two instructions: shift, mask */
   uintptr_t off = ((uintptr_t)p >> (HK_SLAB_SHIFT - HK_PAGE_SHIFT)) & ((uintptr_t)(HK_SLABS - 1) << HK_PAGE_SHIFT);
-  hk_page *meta = (hk_page *)((char *)hk_region_pages(r) + off);
+  hk_page *meta = (hk_page *)((char *)r + off);
   return (hk_page *)((char *)meta - meta->back);
 }
 

@@ -37,7 +37,7 @@ size_t hk_color_offset(void) {
 
 uintptr_t hk_page_span_start(const hk_page *page) {
   hk_region *r = hk_region_of(page);
-  return (uintptr_t)r + (uintptr_t)(page - hk_region_pages(r)) * HK_SLAB_SIZE;
+  return (uintptr_t)r + (uintptr_t)(page - r->pages) * HK_SLAB_SIZE;
 }
 
 void hk_page_init(hk_page *page, unsigned cls) {

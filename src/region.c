@@ -281,7 +281,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, uint32_t *dirty, unsigne
      * program does not end up committed all over for a few blocks. */
     uint32_t same = 0;
     for (uint32_t m = dirty_runs; m != 0; m &= m - 1)
-      if (hk_region_pages(r)[__builtin_ctz(m)].last_cls == cls + 1) same |= m & -m;
+      if (r->pages[__builtin_ctz(m)].last_cls == cls + 1) same |= m & -m;
     int score = same ? 4 : (r->free_mask != ALL_SLABS ? 2 : 0) + (dirty_runs ? 1 : 0);
     if (score > best_score) {
       best = r;
@@ -313,7 +313,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, uint32_t *dirty, unsigne
     list_unlink(best);
     list_push_back(best);
   }
-  hk_page *page = &hk_region_pages(best)[i];
+  hk_page *page = &best->pages[i];
   memset(page, 0, n * sizeof(hk_page));
   page->nslabs = (uint8_t)n;
   for (unsigned k = 1; k < n; k++) page[k].back = (uint16_t)(k * sizeof(hk_page));
@@ -325,7 +325,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, uint32_t *dirty, unsigne
 
 void hk_region_free_span(hk_page *page) {
   hk_region *r = hk_region_of(page);
-  unsigned i = (unsigned)(page - hk_region_pages(r)), n = page->nslabs;
+  unsigned i = (unsigned)(page - r->pages), n = page->nslabs;
   uint32_t run = (n == 32 ? ~0u : ((1u << n) - 1)) << i;
   uint8_t last = (uint8_t)(page->cls + 1);
   pthread_mutex_lock(&hk_region_lock);
@@ -350,7 +350,7 @@ static uint32_t slab_bits(unsigned first, unsigned n) { return (n >= 32 ? ~0u : 
 
 bool hk_region_grow_span(hk_page *page, unsigned n) {
   hk_region *r = hk_region_of(page);
-  unsigned i = (unsigned)(page - hk_region_pages(r)), old = page->nslabs;
+  unsigned i = (unsigned)(page - r->pages), old = page->nslabs;
   if (n <= old || i + n > HK_SLABS) return false;
   uint32_t add = slab_bits(i + old, n - old);
   pthread_mutex_lock(&hk_region_lock);
@@ -376,7 +376,7 @@ bool hk_region_grow_span(hk_page *page, unsigned n) {
 
 void hk_region_shrink_span(hk_page *page, unsigned n) {
   hk_region *r = hk_region_of(page);
-  unsigned i = (unsigned)(page - hk_region_pages(r)), old = page->nslabs;
+  unsigned i = (unsigned)(page - r->pages), old = page->nslabs;
   if (n == 0 || n >= old) return;
   uint32_t tail = slab_bits(i + n, old - n);
   uint8_t last = (uint8_t)(page->cls + 1);
