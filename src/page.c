@@ -9,7 +9,6 @@
 
 #include <string.h>
 
-
 /* A fresh key for each page (re)initialisation: a leaked or guessed link
  * of one page says nothing about another's. High bits stay set (see
  * hk_looks_free). */
