@@ -57,7 +57,7 @@
 /* ---- size classes ----
  * 8-byte steps up to 128 B (classes 0..15), then 8 classes per power of two
  * (12.5 % apart) up to 1 MiB (classes 16..119): HK_NSIZES classes that
- * sizes map to. The blocks of the classes from 4 to 60 KiB lie
+ * sizes map to. The blocks of the classes from 9 to 60 KiB lie
  * HK_CLASS_PAD bytes apart more than their size (sizeclass.c), and each
  * of them has a twin class without that pad, for aligned allocation
  * only: HK_NCLASSES classes in all. */
@@ -65,7 +65,7 @@
 #define HK_LUT_MAX 1024                  /* sizes served by the lookup table */
 #define HK_MEDIUM_MAX ((size_t)1 << 20)  /* largest size-class block */
 #define HK_NSIZES 120
-#define HK_PAD_FIRST 55                  /* 4 KiB */
+#define HK_PAD_FIRST 64                  /* 9 KiB: the first class of pages of several slabs */
 #define HK_PAD_LAST 86                   /* 60 KiB: the last class with pages of several blocks */
 #define HK_CLASS_PAD 64
 #define HK_NCLASSES (HK_NSIZES + HK_PAD_LAST - HK_PAD_FIRST + 1)

@@ -21,10 +21,11 @@
  * gets one slab more for that, which costs address space only: the block
  * reaches at most one OS page into it.
  *
- * Padded classes (4 to 60 KiB, HK_PAD_FIRST..HK_PAD_LAST): their blocks
- * lie HK_CLASS_PAD (64) bytes further apart than their size. Unpadded,
- * such blocks are a multiple of 512 B apart, and those of 8, 12, 16 ...
- * 60 KiB a multiple of 4 KiB: the same offset into neighbouring blocks
+ * Padded classes (9 to 60 KiB, HK_PAD_FIRST..HK_PAD_LAST: the classes of
+ * pages of several slabs and several blocks): their blocks lie
+ * HK_CLASS_PAD (64) bytes further apart than their size. Unpadded, such
+ * blocks are a multiple of 1 KiB apart, and those of 12, 16, 20 ... 60 KiB
+ * a multiple of 4 KiB: the same offset into neighbouring blocks
  * falls in the same L1 set and has the same low 12 address bits, which the
  * core compares to match a load with earlier stores ("4K aliasing"; which
  * of the two cost more here is not measured: this VM has no hardware
@@ -35,7 +36,11 @@
  * different sets, and is not the program's: malloc_usable_size reports the
  * class size. Padded blocks are only 64-aligned, so each padded class has
  * an unpadded twin (classes HK_NSIZES..), which only aligned allocation
- * uses (alloc.c). */
+ * uses (alloc.c). A span filled exactly by its unpadded blocks holds one
+ * block fewer: 2000 blocks of 16 KiB take 4.1 % more RSS than their data
+ * (0.4 % unpadded), of 32 KiB 2.2 % (0.4 %). The one-slab classes of 4 to
+ * 8 KiB would lose 1 block in 16 or in 8 (4 and 8 KiB blocks: 7.9 % more
+ * RSS than their data, against 1.2 % and 0.7 %), so they stay unpadded. */
 #include "internal.h"
 
 uint32_t hk_class_size[HK_NCLASSES];

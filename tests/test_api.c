@@ -1171,7 +1171,7 @@ static void test_size_class_bounds(void) {
   }
 }
 
-/* Blocks of 4 to 60 KiB lie 64 bytes more apart than their class size
+/* Blocks of 9 to 60 KiB lie 64 bytes more apart than their class size
  * (docs/DESIGN.md, "Padded classes"): consecutive blocks start in
  * different L1 cache sets, where a multiple of 4 KiB apart they would all
  * share one (and equal offsets into them alias in the store buffer).
@@ -1185,7 +1185,7 @@ static void test_class_padding(void) {
   CHECK(probe != NULL, "malloc(1000) failed");
   bool hardened = usable_of(probe) == 1000;
   API(free)(probe);
-  size_t sizes[] = {4096, 6000, 8192, 16000, 30000, 40000};
+  size_t sizes[] = {9000, 12288, 16000, 30000, 40000, 61440};
   for (size_t s = 0; s < sizeof sizes / sizeof sizes[0] && !hardened; s++) {
     enum { N = 16 };
     uintptr_t a[N];
@@ -1216,7 +1216,7 @@ static void test_class_padding(void) {
   }
   size_t aligns[] = {128, 4096};
   for (size_t a = 0; a < 2; a++) {
-    for (size_t size = 4096; size <= 49152; size += size / 2) {
+    for (size_t size = 9216; size <= 61440; size += size / 2) {
       enum { N = 8 };
       void *p[N];
       for (int i = 0; i < N; i++) {
