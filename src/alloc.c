@@ -124,7 +124,10 @@ void *hk_realloc(void *p, size_t size) {
   if (q == NULL) q = hk_malloc_fast(want);
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   memcpy(q, p, size < usable ? size : usable);
+  hk_heap *h = hk_tls_heap; /* not hk_heap_empty: q came from a heap */
+  h->moving = 1;
   hk_free_fast(p);
+  h->moving = 0;
   return q;
 }
 
@@ -141,7 +144,7 @@ int hk_trim(void) {
 }
 
 /* ---- the hak_ API ---- */
-HK_API void *hak_malloc(size_t size) { return hk_malloc_fast(size); }
+HK_API HK_HOT void *hak_malloc(size_t size) { return hk_malloc_fast(size); }
 HK_API void *hak_calloc(size_t n, size_t size) { return hk_calloc(n, size); }
 HK_API void *hak_realloc(void *p, size_t size) { return hk_realloc(p, size); }
 

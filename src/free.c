@@ -79,7 +79,7 @@ size_t hk_block_size(const void *p, const char *who) {
 
 size_t hk_usable_size(const void *p) { return p == NULL ? 0 : hk_block_size(p, "malloc_usable_size()"); }
 
-HK_API void hak_free(void *p) { hk_free_fast(p); }
+HK_API HK_HOT void hak_free(void *p) { hk_free_fast(p); }
 HK_API void hak_free_sized(void *p, size_t size) { (void)size; hk_free_fast(p); }
 HK_API void hak_free_aligned_sized(void *p, size_t align, size_t size) { (void)align; (void)size; hk_free_fast(p); }
 HK_API size_t hak_malloc_usable_size(const void *p) { return hk_usable_size(p); }

@@ -62,8 +62,8 @@ HK_INLINE void *new_aligned(size_t size, size_t align, bool nothrow) {
 typedef struct { char c; } nothrow_t_;
 
 /* new */
-HK_API void *_Znwm(size_t n) { return new_impl(n, false); }
-HK_API void *_Znam(size_t n) { return new_impl(n, false); }
+HK_API HK_HOT void *_Znwm(size_t n) { return new_impl(n, false); }
+HK_API HK_HOT void *_Znam(size_t n) { return new_impl(n, false); }
 HK_API void *_ZnwmRKSt9nothrow_t(size_t n, const nothrow_t_ *t) { (void)t; return new_impl(n, true); }
 HK_API void *_ZnamRKSt9nothrow_t(size_t n, const nothrow_t_ *t) { (void)t; return new_impl(n, true); }
 HK_API void *_ZnwmSt11align_val_t(size_t n, size_t a) { return new_aligned(n, a, false); }
@@ -72,9 +72,9 @@ HK_API void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const nothro
 HK_API void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, size_t a, const nothrow_t_ *t) { (void)t; return new_aligned(n, a, true); }
 
 /* delete */
-HK_API void _ZdlPv(void *p) { hk_free_fast(p); }
-HK_API void _ZdaPv(void *p) { hk_free_fast(p); }
-HK_API void _ZdlPvm(void *p, size_t n) { (void)n; hk_free_fast(p); }
+HK_API HK_HOT void _ZdlPv(void *p) { hk_free_fast(p); }
+HK_API HK_HOT void _ZdaPv(void *p) { hk_free_fast(p); }
+HK_API HK_HOT void _ZdlPvm(void *p, size_t n) { (void)n; hk_free_fast(p); }
 HK_API void _ZdaPvm(void *p, size_t n) { (void)n; hk_free_fast(p); }
 HK_API void _ZdlPvRKSt9nothrow_t(void *p, const nothrow_t_ *t) { (void)t; hk_free_fast(p); }
 HK_API void _ZdaPvRKSt9nothrow_t(void *p, const nothrow_t_ *t) { (void)t; hk_free_fast(p); }

@@ -11,8 +11,8 @@
 #include "hakmem.h"
 
 
-HK_API void *malloc(size_t size) { return hk_malloc_fast(size); }
-HK_API void free(void *p) { hk_free_fast(p); }
+HK_API HK_HOT void *malloc(size_t size) { return hk_malloc_fast(size); }
+HK_API HK_HOT void free(void *p) { hk_free_fast(p); }
 HK_API void *calloc(size_t n, size_t size) { return hk_calloc(n, size); }
 HK_API void *realloc(void *p, size_t size) { return hk_realloc(p, size); }
 HK_API void *reallocarray(void *p, size_t n, size_t size) { return hak_reallocarray(p, n, size); }
@@ -22,15 +22,15 @@ HK_API void *memalign(size_t align, size_t size) { return hak_memalign(align, si
 HK_API void *valloc(size_t size) { return hak_valloc(size); }
 HK_API void *pvalloc(size_t size) { return hak_pvalloc(size); }
 HK_API size_t malloc_usable_size(void *p) { return hk_usable_size(p); }
-HK_API void free_sized(void *p, size_t size) { (void)size; hk_free_fast(p); }
+HK_API HK_HOT void free_sized(void *p, size_t size) { (void)size; hk_free_fast(p); }
 HK_API void free_aligned_sized(void *p, size_t align, size_t size) { (void)align; (void)size; hk_free_fast(p); }
 HK_API void cfree(void *p) { hk_free_fast(p); }
 HK_API int malloc_trim(size_t pad) { return hak_malloc_trim(pad); }
 HK_API void malloc_stats(void) { hk_stats_print(); }
 
 /* glibc's internal names, called directly by a few programs and libraries. */
-HK_API void *__libc_malloc(size_t size) { return hk_malloc_fast(size); }
-HK_API void __libc_free(void *p) { hk_free_fast(p); }
+HK_API HK_HOT void *__libc_malloc(size_t size) { return hk_malloc_fast(size); }
+HK_API HK_HOT void __libc_free(void *p) { hk_free_fast(p); }
 HK_API void *__libc_calloc(size_t n, size_t size) { return hk_calloc(n, size); }
 HK_API void *__libc_realloc(void *p, size_t size) { return hk_realloc(p, size); }
 HK_API void *__libc_memalign(size_t align, size_t size) { return hak_memalign(align, size); }
