@@ -170,8 +170,9 @@ typedef struct hk_page {
   uint8_t last_cls;          /* region.c, slabs 1..31 while free: class + 1 of the page that used
                                 the slab last (0: none), kept across the span's release */
   _Atomic uint8_t reclaiming; /* a remote freer is giving the parked page back (remote.c) */
-  uint8_t untrimmed;         /* heap.c: an abandoned page reset, its span's tail not yet purged */
-  uint8_t pad0[5];
+  uint8_t untrimmed;         /* heap.c: its span beyond the carved blocks may hold memory to purge */
+  uint8_t held;              /* heap.c: an empty page left in its class's queue, in held_bytes */
+  uint8_t pad0[4];
   /* second cache line */
   hk_block *free;            /* owner's free list */
   uint32_t used;             /* blocks handed out and not yet returned to `free`, plus a base
@@ -215,7 +216,7 @@ HK_INLINE bool hk_page_is_current(const hk_page *page) { return (int32_t)page->u
 HK_INLINE void hk_page_set_state(hk_page *page, int32_t base) {
   page->used = (uint32_t)((int32_t)hk_page_used(page) + base);
 }
-_Static_assert(offsetof(hk_page, pad0) + 5 == 64 && offsetof(hk_page, free) == 64, "the two lines");
+_Static_assert(offsetof(hk_page, pad0) + 4 == 64 && offsetof(hk_page, free) == 64, "the two lines");
 
 HK_INLINE unsigned hk_page_state(hk_page *page) {
   return (unsigned)(atomic_load_explicit(&page->remote, memory_order_acquire) & HK_REMOTE_STATE_MASK);
@@ -358,7 +359,7 @@ typedef struct hk_heap {
   hk_page *full;                  /* parked full pages (doubly linked) */
   hk_page *spare;                 /* empty spans kept for reuse by any class (singly linked) */
   uint32_t spare_bytes;
-  uint32_t held_bytes;            /* sum of held[] */
+  uint32_t held_bytes;            /* carved bytes of held pages: held[] and pages marked held */
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:
                                      its carved bytes then (0: not so), heap.c */
   uint8_t moving;                 /* realloc is freeing the block it moved (heap.c) */
