@@ -183,6 +183,8 @@ static hk_heap *heap_new(void) {
   h->spare = NULL;
   h->spare_bytes = 0;
   h->block_purge_ms = 0;
+  h->purge_passes = 1; /* class_searched[] (0) then matches no pass */
+  memset(h->class_searched, 0, sizeof h->class_searched);
   h->growth_epoch = atomic_load_explicit(&hk_growth_epoch, memory_order_relaxed);
   h->pool_next = NULL;
   memset(&h->stats, 0, sizeof h->stats);
@@ -576,11 +578,16 @@ static void purge_free_blocks(hk_page *page) {
 static void purge_blocks(hk_heap *h, bool force) {
   uint64_t now = hk_os_now_ms();
   uint32_t epoch = atomic_load_explicit(&hk_growth_epoch, memory_order_relaxed);
-  if (!force && now < h->block_purge_ms && h->growth_epoch == epoch) return;
-  h->block_purge_ms = now + (uint64_t)hk_opt.purge_delay_ms;
+  bool timed = force || now >= h->block_purge_ms;
+  if (!timed && h->growth_epoch == epoch) return;
+  if (timed) h->block_purge_ms = now + (uint64_t)hk_opt.purge_delay_ms;
   h->growth_epoch = epoch;
+  uint32_t pass = h->purge_passes++;
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
     if (hk_class_size[c] < HK_PURGE_BLOCK_MIN) continue;
+    /* growth elsewhere: only classes that searched no page since the last
+     * pass (a class in use would fault its blocks straight back in) */
+    if (!timed && h->class_searched[c] == pass) continue;
     for (hk_page *p = h->queues[c].first; p != NULL; p = p->next) {
       trim_tail(p);
       if (!hk_secure_zero) purge_free_blocks(p);
@@ -641,6 +648,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
    * read on each; an owner idle for HK_IDLE_OWNER_MS by this measure makes
    * fewer than 1600 page searches a second */
   if ((++h->searches & 15) == 0) atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
+  h->class_searched[cls] = h->purge_passes;
   if (atomic_load_explicit(&h->remote_hint, memory_order_acquire)) rescue_full(h);
   hk_page_queue *q = &h->queues[cls];
   hk_page *carvable = NULL;
