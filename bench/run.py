@@ -56,6 +56,8 @@ BENCHMARKS = [
           what="the same with 64 slots a thread: about two blocks live per size class"),
     Bench("mid_large_mt_1024", ["mid_large_mt", "2", "3000000", "1024"],
           what="the same with 1024 slots a thread"),
+    Bench("big_mixed", ["mid_large_mt", "2", "200000", "64", "65536", "1048576"],
+          what="the same with 64 slots of 64 KiB-1 MiB blocks a thread (pages of one or two blocks)"),
     Bench("larson", ["larson", "2", "3000", "2000", "2000", "1"],
           ["larson", "2", "300", "2000", "2000", "1"],
           what="server simulation, arrays handed between 2 threads (remote frees)"),
