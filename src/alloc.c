@@ -135,6 +135,7 @@ int hk_trim(void) {
   int saved = errno;
   hk_heap *h = hk_tls_heap;
   if (h != &hk_heap_empty) hk_heap_collect(h, true);
+  hk_spares_expire(true); /* other threads' spare spans */
   hk_abandoned_sweep(true, true);
   bool released = hk_large_trim(true);
   released |= hk_region_purge(true);

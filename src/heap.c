@@ -101,49 +101,148 @@ static void release_page(hk_heap *h, hk_page *page) {
 
 static uint32_t span_bytes(const hk_page *page) { return (uint32_t)page->nslabs << HK_SLAB_SHIFT; }
 
-/* An empty page leaves its class. Up to HK_SPARE_BYTES of such spans stay
- * with the heap, ready to be re-initialised for any class of the same span
- * length without the region lock (a loop that frees and allocates 64 KiB or
- * 256 KiB blocks, or grows buffers through many classes, does not go back
- * to the shared region list every time); beyond that they go back to their
- * region, where the purger finds them. */
+/* An empty page leaves its class. Such spans stay with the heap as
+ * spares, ready to be re-initialised for any class without a span search
+ * (a loop that frees and allocates 64 KiB or 256 KiB blocks, or grows
+ * buffers through many classes, does not go back to the shared region list
+ * every time): up to HK_SPARE_MAX, or HK_SPARE_BYTES for the spans that
+ * realloc leaves behind (a growing buffer's old spans are seldom taken
+ * again: realloc_growth's peak RSS rose with them). Beyond that they go back
+ * to their region. The purger gives back spares unused for a purge delay
+ * (hk_spares_expire), which is why a heap may keep 16 MiB of them and an
+ * idle thread still keeps nothing for long; spare_lock is between the
+ * owner's slow paths and the purger only. */
+static _Atomic uint32_t spares_total; /* spare_bytes of all heaps, for the purger's pending() */
+
 static void retire_page(hk_heap *h, hk_page *page) {
   unhold(h, page);
   uint32_t bytes = span_bytes(page);
-  if (h->spare_bytes + bytes <= HK_SPARE_BYTES) {
+  uint32_t limit = h->moving ? HK_SPARE_BYTES : HK_SPARE_MAX;
+  pthread_mutex_lock(&h->spare_lock);
+  if (h->spare_bytes + bytes <= limit) {
     page->next = h->spare;
     page->prev = NULL;
+    page->idle_ms = hk_os_now_ms(); /* (idle_ms serves abandoned pages otherwise) */
     h->spare = page;
     h->spare_bytes += bytes;
+    pthread_mutex_unlock(&h->spare_lock);
+    atomic_fetch_add_explicit(&spares_total, bytes, memory_order_relaxed);
+    hk_purge_poke = true;
     return;
   }
+  pthread_mutex_unlock(&h->spare_lock);
   release_page(h, page);
 }
 
 /* A spare of the same span length, preferably one this class used (its
- * committed memory is where the class carves). */
+ * committed memory is where the class carves). Taking a longer one and
+ * giving its tail slabs back to the region served more requests with
+ * random block sizes but cost realloc_growth 6 % and 2 MiB of peak RSS. */
 static hk_page *take_spare(hk_heap *h, unsigned cls, unsigned nslabs) {
   hk_page **found = NULL;
+  pthread_mutex_lock(&h->spare_lock);
   for (hk_page **pp = &h->spare; *pp != NULL; pp = &(*pp)->next) {
     if ((*pp)->nslabs != nslabs) continue;
     if (found == NULL || (*pp)->cls == cls) found = pp;
     if ((*pp)->cls == cls) break;
   }
-  if (found == NULL) return NULL;
-  hk_page *p = *found;
-  *found = p->next;
-  p->next = NULL;
-  h->spare_bytes -= span_bytes(p);
+  hk_page *p = NULL;
+  if (found != NULL) {
+    p = *found;
+    *found = p->next;
+    p->next = NULL;
+    h->spare_bytes -= span_bytes(p);
+    atomic_fetch_sub_explicit(&spares_total, span_bytes(p), memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&h->spare_lock);
   return p;
 }
 
-static void release_spares(hk_heap *h) {
-  hk_page *p;
-  while ((p = h->spare) != NULL) {
-    h->spare = p->next;
-    release_page(h, p);
+/* Detach the spares unused since `older_than` (all: UINT64_MAX) while
+ * more than `keep` bytes of spares remain, for the caller to give back. */
+static hk_page *detach_spares(hk_heap *h, uint64_t older_than, uint32_t keep) {
+  hk_page *out = NULL;
+  uint32_t bytes = 0;
+  for (hk_page **pp = &h->spare; *pp != NULL && h->spare_bytes - bytes > keep;) {
+    hk_page *p = *pp;
+    if (p->idle_ms < older_than) {
+      *pp = p->next;
+      p->next = out;
+      out = p;
+      bytes += span_bytes(p);
+    } else {
+      pp = &p->next;
+    }
   }
-  h->spare_bytes = 0;
+  h->spare_bytes -= bytes;
+  atomic_fetch_sub_explicit(&spares_total, bytes, memory_order_relaxed);
+  return out;
+}
+
+static void release_spares(hk_heap *h) {
+  pthread_mutex_lock(&h->spare_lock);
+  hk_page *p = detach_spares(h, UINT64_MAX, 0);
+  pthread_mutex_unlock(&h->spare_lock);
+  while (p != NULL) {
+    hk_page *next = p->next;
+    release_page(h, p);
+    p = next;
+  }
+}
+
+static hk_heap *all_heaps; /* hk_heap_lock */
+
+bool hk_spares_pending(void) { return atomic_load_explicit(&spares_total, memory_order_relaxed) != 0; }
+
+/* Detach, from every heap, the spares unused since `older_than` beyond
+ * `keep` bytes a heap. A heap whose lock is busy (its owner is in a slow
+ * path, or was when the process forked) is skipped until next time. */
+static hk_page *detach_all_heaps(uint64_t older_than, uint32_t keep) {
+  hk_page *out = NULL;
+  pthread_mutex_lock(&hk_heap_lock);
+  for (hk_heap *h = all_heaps; h != NULL; h = h->all_next) {
+    if (pthread_mutex_trylock(&h->spare_lock) != 0) continue;
+    hk_page *p = detach_spares(h, older_than, keep);
+    pthread_mutex_unlock(&h->spare_lock);
+    while (p != NULL) {
+      hk_page *next = p->next;
+      p->next = out;
+      out = p;
+      p = next;
+    }
+  }
+  pthread_mutex_unlock(&hk_heap_lock);
+  return out;
+}
+
+/* Purger (and malloc_trim, with force: all of them): give back every
+ * heap's spares unused for a purge delay beyond the first HK_SPARE_BYTES
+ * (giving those back too cost realloc_growth 5 %: 4.9k more page faults). */
+void hk_spares_expire(bool force) {
+  if (!hk_spares_pending()) return;
+  uint64_t now = hk_os_now_ms();
+  uint64_t older_than = force ? UINT64_MAX : (now > (uint64_t)hk_opt.purge_delay_ms ? now - (uint64_t)hk_opt.purge_delay_ms : 0);
+  hk_page *out = detach_all_heaps(older_than, force ? 0 : HK_SPARE_BYTES);
+  while (out != NULL) {
+    hk_page *next = out->next;
+    hk_region_free_span(out);
+    hk_stat_add(spares_released, 1);
+    out = next;
+  }
+}
+
+/* The program grew (region.c, span_taken): spares beyond HK_SPARE_BYTES, of
+ * any age, go back to the OS at once, as the regions' free slabs do. */
+void hk_spares_trim(void) {
+  if (atomic_load_explicit(&spares_total, memory_order_relaxed) <= HK_SPARE_BYTES) return;
+  hk_page *out = detach_all_heaps(UINT64_MAX, HK_SPARE_BYTES);
+  while (out != NULL) {
+    hk_page *next = out->next;
+    hk_os_purge((void *)hk_page_span_start(out), span_bytes(out));
+    hk_region_free_span_purged(out);
+    hk_stat_add(spares_released, 1);
+    out = next;
+  }
 }
 
 /* ---- heap creation and thread exit ---- */
@@ -163,6 +262,11 @@ static hk_heap *heap_new(void) {
     if (heap_chunk != NULL) {
       h = (hk_heap *)heap_chunk;
       heap_chunk += (sizeof(hk_heap) + 63) & ~(size_t)63;
+      pthread_mutex_init(&h->spare_lock, NULL);
+      h->spare = NULL;
+      h->spare_bytes = 0;
+      h->all_next = all_heaps;
+      all_heaps = h;
     }
   }
   pthread_mutex_unlock(&hk_heap_lock);
@@ -180,8 +284,6 @@ static hk_heap *heap_new(void) {
   memset(h->foreign_count, 0, sizeof h->foreign_count);
   h->foreign_bytes = 0;
   h->full = NULL;
-  h->spare = NULL;
-  h->spare_bytes = 0;
   h->block_purge_ms = 0;
   h->purge_passes = 1; /* class_searched[] (0) then matches no pass */
   memset(h->class_searched, 0, sizeof h->class_searched);
@@ -278,11 +380,14 @@ static void heap_abandon(hk_heap *h) {
   }
   /* spares too, as empty pages of the class they served last (thread_churn
    * 5.4 -> 4.5 MiB against releasing them) */
-  while ((p = h->spare) != NULL) {
-    h->spare = p->next;
+  pthread_mutex_lock(&h->spare_lock);
+  p = detach_spares(h, UINT64_MAX, 0);
+  pthread_mutex_unlock(&h->spare_lock);
+  while (p != NULL) {
+    hk_page *next = p->next;
     abandon_page(p);
+    p = next;
   }
-  h->spare_bytes = 0;
   h->held_bytes = 0;
   memset(h->held, 0, sizeof h->held);
   hk_stats_merge_heap(h);

@@ -53,7 +53,8 @@
 #define HK_MAX_SPAN_SLABS 16             /* largest page: 1 MiB */
 #define HK_OS_PAGE 4096
 #define HK_LARGE_HEADER 4096             /* bytes before a large block's data */
-#define HK_SPARE_BYTES ((uint32_t)2 << 20) /* empty spans a heap keeps for reuse */
+#define HK_SPARE_BYTES ((uint32_t)2 << 20) /* empty spans a heap keeps for reuse (realloc's: see heap.c) */
+#define HK_SPARE_MAX ((uint32_t)16 << 20)  /* ... all told, for a purge delay at most */
 #define HK_HELD_BYTES ((uint32_t)2 << 20)  /* emptied current pages a heap leaves current (carved bytes) */
 
 /* Address space covered by the ownership bitmap (48-bit user space). */
@@ -357,8 +358,11 @@ typedef struct hk_heap {
   hk_block *foreign[HK_NCLASSES];  /* blocks of other heaps' pages freed here (remote.c) */
   uint16_t foreign_count[HK_NCLASSES];
   hk_page *full;                  /* parked full pages (doubly linked) */
-  hk_page *spare;                 /* empty spans kept for reuse by any class (singly linked) */
-  uint32_t spare_bytes;
+  hk_page *spare;                 /* empty spans kept for reuse by any class (singly linked;
+                                     spare_lock: the purger takes old ones) */
+  uint32_t spare_bytes;           /* spare_lock */
+  pthread_mutex_t spare_lock;
+  struct hk_heap *all_next;       /* every heap ever made (heap.c: the purger's walk) */
   uint32_t held_bytes;            /* carved bytes of held pages: held[] and pages marked held */
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:
                                      its carved bytes then (0: not so), heap.c */
@@ -440,6 +444,7 @@ typedef struct hk_stats {
   _Atomic uint64_t slabs_in_use, slabs_peak, slabs_purged, purge_calls;
   _Atomic uint64_t abandoned_released; /* empty pages of exited threads given back */
   _Atomic uint64_t abandoned_trimmed;  /* ... kept, their span's tail given back (heap.c, trim_kept) */
+  _Atomic uint64_t spares_released;    /* spare spans unused for a purge delay, given back by the purger */
   _Atomic uint64_t pages_reclaimed;    /* full pages emptied by remote frees, given back by the freer */
   _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
   _Atomic uint64_t large_unmaps, large_remaps;
@@ -460,6 +465,7 @@ extern pthread_mutex_t hk_region_lock;
 hk_page *hk_region_alloc_span(unsigned nslabs, unsigned cls, uint32_t *dirty, unsigned room);
 extern _Atomic uint32_t hk_growth_epoch; /* moves when the program has grown (region.c) */
 void hk_region_free_span(hk_page *page);
+void hk_region_free_span_purged(hk_page *page); /* its memory already given back */
 bool hk_region_grow_span(hk_page *page, unsigned nslabs);   /* take the free slabs after it, if free */
 void hk_region_shrink_span(hk_page *page, unsigned nslabs); /* give back its tail slabs */
 void hk_region_register(void *base);
@@ -519,6 +525,9 @@ void *hk_malloc_slow(hk_heap *heap, size_t size);
 hk_heap *hk_heap_get(void);                       /* this thread's heap, created if needed */
 void hk_heap_page_emptied(hk_heap *heap, hk_page *page);
 void hk_heap_collect(hk_heap *heap, bool release_all);
+void hk_spares_expire(bool force);  /* purger: give back spare spans unused for a purge delay */
+void hk_spares_trim(void);          /* the program grew: give back spares beyond HK_SPARE_BYTES */
+bool hk_spares_pending(void);
 bool hk_span_block(const hk_page *page);
 bool hk_heap_resize_span_block(hk_heap *heap, hk_page *page, size_t size);
 void *hk_heap_alloc_span_block(hk_heap *heap, size_t size);

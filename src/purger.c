@@ -28,7 +28,7 @@ static void nap_ms(long ms) {
 }
 
 static bool pending(void) {
-  return hk_region_pending() || hk_large_pending() || hk_abandoned_empty() != 0 ||
+  return hk_region_pending() || hk_large_pending() || hk_abandoned_empty() != 0 || hk_spares_pending() ||
          atomic_load_explicit(&hk_abandoned_hint, memory_order_acquire);
 }
 
@@ -41,6 +41,7 @@ static void *purger_main(void *arg) {
   if (period < 10) period = 10;
   for (;;) {
     nap_ms(period);
+    hk_spares_expire(false);
     hk_region_purge(false);
     hk_large_trim(false);
     hk_abandoned_sweep(true, false);

@@ -254,15 +254,16 @@ static uint32_t slabs_used; /* in live spans */
 static uint32_t growth_low; /* lowest slabs_used since the last growth purge */
 _Atomic uint32_t hk_growth_epoch;
 
-static void span_taken(const hk_region *taker, unsigned n, unsigned clean) {
+static bool span_taken(const hk_region *taker, unsigned n, unsigned clean) {
   slabs_used += n;
   uint32_t step = growth_low / 4 > HK_GROWTH_PURGE_SLABS ? growth_low / 4 : HK_GROWTH_PURGE_SLABS;
-  if (clean == 0 || slabs_used < growth_low + step) return;
+  if (clean == 0 || slabs_used < growth_low + step) return false;
   growth_low = slabs_used;
   atomic_fetch_add_explicit(&hk_growth_epoch, 1, memory_order_relaxed);
   for (hk_region *r = regions; r != NULL && r->free_mask != 0; r = r->next) {
     if (r->dirty_mask != 0 && r != taker) purge_dirty(r);
   }
+  return true;
 }
 
 static void span_given_back(unsigned n) {
@@ -331,7 +332,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, uint32_t *dirty, unsigne
   best->free_mask &= ~run;
   best->dirty_mask &= ~run;
   if (best->dirty_mask == 0) best->purge_at_ms = 0;
-  span_taken(best, n, n - (unsigned)__builtin_popcount(*dirty));
+  bool grew = span_taken(best, n, n - (unsigned)__builtin_popcount(*dirty));
   best->empty_since_ms = 0;
   if (best->free_mask == 0 && best != regions_tail) { /* full: out of the search's way */
     list_unlink(best);
@@ -344,10 +345,12 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, uint32_t *dirty, unsigne
   table_set(best, i, n, page);
   hk_stat_peak(&hk_stats.slabs_peak, hk_stat_add(slabs_in_use, n) + n);
   pthread_mutex_unlock(&hk_region_lock);
+  if (grew) hk_spares_trim(); /* the heaps' spares beyond HK_SPARE_BYTES too */
   return page;
 }
 
-void hk_region_free_span(hk_page *page) {
+/* committed: the span may hold committed pages (else it was purged) */
+static void free_span(hk_page *page, bool committed) {
   hk_region *r = hk_region_of(page);
   unsigned i = (unsigned)(page - r->pages), n = page->nslabs;
   uint32_t run = (n == 32 ? ~0u : ((1u << n) - 1)) << i;
@@ -361,7 +364,7 @@ void hk_region_free_span(hk_page *page) {
   }
   r->free_mask |= run;
   uint64_t now = hk_os_now_ms();
-  mark_dirty(r, run, now);
+  if (committed) mark_dirty(r, run, now);
   if (r->free_mask == ALL_SLABS) r->empty_since_ms = now;
   span_given_back(n);
   atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, n, memory_order_relaxed);
@@ -369,6 +372,9 @@ void hk_region_free_span(hk_page *page) {
   pthread_mutex_unlock(&hk_region_lock);
   hk_purge_poke = true; /* the caller wakes the purger once its state is consistent */
 }
+
+void hk_region_free_span(hk_page *page) { free_span(page, true); }
+void hk_region_free_span_purged(hk_page *page) { free_span(page, false); }
 
 /* Resizing a span in place (a block alone in its span, see hk_realloc). */
 static uint32_t slab_bits(unsigned first, unsigned n) { return (n >= 32 ? ~0u : ((1u << n) - 1)) << first; }

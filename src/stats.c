@@ -68,6 +68,7 @@ void hk_stats_print(void) {
   line("empty pages of exited threads kept now", hk_abandoned_empty(), NULL);
   line("empty pages of exited threads given back", LOAD(abandoned_released), NULL);
   line("empty pages of exited threads trimmed", LOAD(abandoned_trimmed), NULL);
+  line("spare spans given back after a purge delay", LOAD(spares_released), NULL);
   line("full pages emptied remotely, given back", LOAD(pages_reclaimed), NULL);
   line("remote frees", t.remote_frees, NULL);
   line("remote-freed blocks reused by the freer", t.foreign_reused, NULL);
