@@ -124,10 +124,11 @@ void *hk_realloc(void *p, size_t size) {
   if (q == NULL) q = hk_malloc_fast(want);
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   memcpy(q, p, size < usable ? size : usable);
-  hk_heap *h = hk_tls_heap; /* not hk_heap_empty: q came from a heap */
-  h->moving = 1;
+  /* the page p empties, if it does, is not held (heap.c): the buffer moved on */
+  hk_heap *h = hk_tls_heap;
+  if (h != &hk_heap_empty) h->moving = 1; /* (a thread at exit may have none) */
   hk_free_fast(p);
-  h->moving = 0;
+  if (h != &hk_heap_empty) h->moving = 0;
   return q;
 }
 
