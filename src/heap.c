@@ -296,6 +296,8 @@ static hk_heap *heap_new(void) {
   h->purge_passes = 1; /* class_searched[] (0) then matches no pass */
   memset(h->class_searched, 0, sizeof h->class_searched);
   h->growth_epoch = atomic_load_explicit(&hk_growth_epoch, memory_order_relaxed);
+  memset(h->grown, 0, sizeof h->grown);
+  h->grown_next = 0;
   h->pool_next = NULL;
   memset(&h->stats, 0, sizeof h->stats);
   hk_stat_add(heaps_created, 1);

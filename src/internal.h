@@ -345,6 +345,7 @@ typedef struct hk_heap_stats {
 #define HK_FOREIGN_CLASS_BYTES ((uint32_t)8 << 10)
 
 #define HK_LUT_SLOTS ((HK_LUT_MAX + 7) / 8 + 1)
+#define HK_GROWN_RING 16
 typedef struct hk_heap {
   uint32_t foreign_bytes;         /* bytes in foreign[]: malloc's first test */
   hk_page *by_size[HK_LUT_SLOTS]; /* = direct[hk_class_lut[(size + 7) >> 3]]: malloc's
@@ -367,6 +368,8 @@ typedef struct hk_heap {
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:
                                      its carved bytes then (0: not so), heap.c */
   uint8_t moving;                 /* realloc is freeing the block it moved (heap.c) */
+  void *grown[HK_GROWN_RING];     /* blocks this thread's realloc grew last (alloc.c) */
+  uint32_t grown_next;
   uint64_t block_purge_ms;        /* next pass over free medium blocks (purge_free_blocks) */
   uint32_t growth_epoch;          /* hk_growth_epoch at that pass */
   uint32_t purge_passes;          /* passes so far */

@@ -684,9 +684,11 @@ static void test_realloc_shrink_keeps(void) {
 
 /* A block alone in its span (64 KiB multiples up to 1 MiB) grows into the
  * free slabs after it and shrinks by giving back its tail, without moving.
- * A buffer grown by realloc past 64 KiB gets such a span, placed with free
- * slabs after it, so its next steps stay in place; hardened mode keeps its
- * own realloc (canary and trailer), where none of this applies. */
+ * A buffer that realloc grows again past 64 KiB gets such a span, placed
+ * with free slabs after it, so its next steps stay in place (a block's
+ * first growth stays in the size classes: a block resized to random sizes
+ * is not a growing buffer); hardened mode keeps its own realloc (canary and
+ * trailer), where none of this applies. */
 static void test_realloc_in_place(void) {
   const char *sec = getenv("HAKMEM_SECURE");
   bool secure = sec != NULL && atoi(sec) > 0;
@@ -695,7 +697,20 @@ static void test_realloc_in_place(void) {
   uint64_t seed = seed_counter++;
   size_t len = 40 * KiB;
   hkt_fill(p, len, seed);
-  /* 40 KiB -> 70 KiB moves into a span of its own (room: 70 + 70/4 KiB -> two slabs) */
+  /* a block's first growth past 64 KiB is not given a span: 40 -> 70 KiB
+   * takes the class of 70 + 70/4 KiB (before 2026-11-25: a 128 KiB span) */
+  unsigned char *once = (unsigned char *)API(malloc)(40 * KiB);
+  CHECK(once != NULL, "malloc(40 KiB) failed");
+  once = (unsigned char *)API(realloc)(once, 70 * KiB);
+  CHECK(once != NULL, "realloc(40 KiB -> 70 KiB) failed");
+  if (!secure) CHECK(usable_of(once) < 128 * KiB, "a first growth to 70 KiB: usable %zu, a span of its own", usable_of(once));
+  API(free)(once);
+  /* a first growth, 40 -> 48 KiB, stays in the size classes (room: 60 KiB) */
+  p = (unsigned char *)API(realloc)(p, 48 * KiB);
+  CHECK(p != NULL, "realloc(40 KiB -> 48 KiB) failed");
+  CHECK(hkt_verify(p, len, seed) == HKT_OK, "realloc(40 KiB -> 48 KiB) lost data");
+  if (!secure) CHECK(usable_of(p) < 64 * KiB, "a first growth to 48 KiB: usable %zu, expected a size class", usable_of(p));
+  /* growing again, 48 -> 70 KiB, moves into a span of its own (room: 70 + 70/4 KiB -> two slabs) */
   unsigned char *q = (unsigned char *)API(realloc)(p, 70 * KiB);
   CHECK(q != NULL, "realloc(40 KiB -> 70 KiB) failed");
   CHECK(hkt_verify(q, len, seed) == HKT_OK, "realloc(40 KiB -> 70 KiB) lost data");
