@@ -122,7 +122,7 @@ void *hk_realloc(void *p, size_t size) {
    * reallocs to 16 B-64 KiB: 111k spans taken and given back). */
   void *q = NULL;
   hk_heap *gh = size > usable ? hk_heap_get() : NULL;
-  bool again = r->kind != HK_KIND_LARGE && hk_span_block(hk_page_of(r, p));
+  bool again = gh != NULL && r->kind != HK_KIND_LARGE && hk_span_block(hk_page_of(r, p));
   if (gh != NULL) {
     for (unsigned i = 0; i < HK_GROWN_RING; i++)
       if (gh->grown[i] == p) {
