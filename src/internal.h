@@ -55,7 +55,7 @@
 #define HK_LARGE_HEADER 4096             /* bytes before a large block's data */
 #define HK_SPARE_BYTES ((uint32_t)2 << 20) /* empty spans a heap keeps for reuse (realloc's: see heap.c) */
 #define HK_SPARE_MAX ((uint32_t)16 << 20)  /* ... all told, for a purge delay at most */
-#define HK_HELD_BYTES ((uint32_t)2 << 20)  /* emptied current pages a heap leaves current (carved bytes) */
+#define HK_HELD_BYTES ((uint32_t)2 << 20)  /* emptied pages a heap keeps in their class queues (carved bytes) */
 
 /* Address space covered by the ownership bitmap (48-bit user space). */
 #define HK_VA_BITS 48
