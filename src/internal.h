@@ -168,12 +168,10 @@ typedef struct hk_page {
   uintptr_t key;             /* this page's free-list encoding key */
   uint32_t block_size;
   uint32_t reserved;         /* blocks that fit in the span */
-  uint8_t last_cls;          /* region.c, slabs 1..31 while free: class + 1 of the page that used
-                                the slab last (0: none), kept across the span's release */
   _Atomic uint8_t reclaiming; /* a remote freer is giving the parked page back (remote.c) */
   uint8_t untrimmed;         /* heap.c: its span beyond the carved blocks may hold memory to purge */
   uint8_t held;              /* heap.c: an empty page left in its class's queue, in held_bytes */
-  uint8_t pad0[4];
+  uint8_t pad0[5];
   /* second cache line */
   hk_block *free;            /* owner's free list */
   uint32_t used;             /* blocks handed out and not yet returned to `free`, plus a base
@@ -217,7 +215,7 @@ HK_INLINE bool hk_page_is_current(const hk_page *page) { return (int32_t)page->u
 HK_INLINE void hk_page_set_state(hk_page *page, int32_t base) {
   page->used = (uint32_t)((int32_t)hk_page_used(page) + base);
 }
-_Static_assert(offsetof(hk_page, pad0) + 4 == 64 && offsetof(hk_page, free) == 64, "the two lines");
+_Static_assert(offsetof(hk_page, pad0) + sizeof(((hk_page *)0)->pad0) == 64 && offsetof(hk_page, free) == 64, "the two lines");
 
 HK_INLINE unsigned hk_page_state(hk_page *page) {
   return (unsigned)(atomic_load_explicit(&page->remote, memory_order_acquire) & HK_REMOTE_STATE_MASK);
@@ -249,13 +247,9 @@ typedef struct hk_region {
       uint64_t zero_guard;       /* = pages[0].area/back/nslabs/cls: always 0 */
       uint32_t magic;
       uint32_t kind;
-      /* small regions (region.c, under hk_region_lock) */
-      struct hk_region *next, *prev;
-      uint32_t free_mask;        /* bit i: slab i is free */
-      uint32_t dirty_mask;       /* bit i: slab i is free but may hold committed pages */
-      uint64_t purge_at_ms;      /* when dirty slabs may be given back (0: none) */
-      uint64_t empty_since_ms;   /* all slabs free since (0: not empty) */
+      struct hk_region_info *info; /* small regions: the span search's view (region.c) */
       /* large blocks (large.c) */
+      struct hk_region *next, *prev; /* the cache, or the detached list */
       size_t map_size;           /* bytes mapped from the region base */
       size_t user_offset;        /* data starts at base + user_offset */
       size_t user_size;          /* bytes requested */
@@ -359,8 +353,8 @@ typedef struct hk_heap {
   hk_block *foreign[HK_NCLASSES];  /* blocks of other heaps' pages freed here (remote.c) */
   uint16_t foreign_count[HK_NCLASSES];
   hk_page *full;                  /* parked full pages (doubly linked) */
-  hk_page *spare;                 /* empty spans kept for reuse by any class (singly linked;
-                                     spare_lock: the purger takes old ones) */
+  hk_page *spare[HK_SLABS];       /* empty spans kept for reuse by any class, by length in slabs
+                                     (singly linked; spare_lock: the purger takes old ones) */
   uint32_t spare_bytes;           /* spare_lock */
   pthread_mutex_t spare_lock;
   struct hk_heap *all_next;       /* every heap ever made (heap.c: the purger's walk) */
