@@ -682,6 +682,36 @@ static void test_realloc_shrink_keeps(void) {
   }
 }
 
+/* A large block (over 1 MiB) shrunk to 64 KiB or more stays where it is
+ * (its mapping's tail goes back to the OS) instead of being copied into a
+ * size class, and can grow back; below 64 KiB it moves. Contents survive
+ * every step. */
+static void test_realloc_large_shrinks_in_place(void) {
+  size_t n = 3 * MiB;
+  unsigned char *p = (unsigned char *)API(malloc)(n);
+  CHECK(p != NULL, "malloc(%zu) failed", n);
+  uint64_t seed = seed_counter++;
+  hkt_fill(p, n, seed);
+  static const size_t steps[] = {900 * KiB, 100 * KiB, 64 * KiB, 2 * MiB};
+  size_t len = n;
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    unsigned char *q = (unsigned char *)API(realloc)(p, steps[i]);
+    CHECK(q != NULL, "realloc(%zu -> %zu) returned NULL", len, steps[i]);
+    size_t keep = steps[i] < len ? steps[i] : len;
+    size_t bad = hkt_verify(q, keep, seed);
+    CHECK(bad == HKT_OK, "realloc %zu -> %zu: byte %zu not preserved", len, steps[i], bad);
+    if (steps[i] < len) CHECK(q == p, "realloc shrink of a large block %zu -> %zu moved it", len, steps[i]);
+    if (steps[i] > len) hkt_fill(q, steps[i], seed); /* the grown part too, for the next step */
+    CHECK(API(malloc_usable_size)(q) >= steps[i], "usable size %zu below %zu", API(malloc_usable_size)(q), steps[i]);
+    p = q;
+    len = steps[i];
+  }
+  unsigned char *q = (unsigned char *)API(realloc)(p, 1000); /* below a slab: into the size classes */
+  CHECK(q != NULL, "realloc(%zu -> 1000) returned NULL", len);
+  CHECK(hkt_verify(q, 1000, seed) == HKT_OK, "realloc to 1000 B lost the contents");
+  API(free)(q);
+}
+
 /* A block alone in its span (64 KiB multiples up to 1 MiB) grows into the
  * free slabs after it and shrinks by giving back its tail, without moving.
  * A buffer that realloc grows again past 64 KiB gets such a span, placed
@@ -1288,6 +1318,7 @@ int main(void) {
   RUN(test_realloc_basic);
   RUN(test_realloc_tiers);
   RUN(test_realloc_shrink_keeps);
+  RUN(test_realloc_large_shrinks_in_place);
   RUN(test_realloc_in_place);
   RUN(test_colored_blocks);
   RUN(test_realloc_huge);
