@@ -345,10 +345,8 @@ typedef struct hk_heap {
   hk_page *by_size[HK_LUT_SLOTS]; /* = direct[hk_class_lut[(size + 7) >> 3]]: malloc's
                                      first load for sizes up to 1 KiB, without the table */
   hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
-  _Atomic uint32_t remote_hint;   /* a full page received a remote free */
   uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
   uint32_t searches;              /* page searches (find_page) */
-  _Atomic uint64_t active_ms;     /* when the owner last looked for a page, to 16 searches (read by remote freers) */
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
   hk_block *foreign[HK_NCLASSES];  /* blocks of other heaps' pages freed here (remote.c) */
   uint16_t foreign_count[HK_NCLASSES];
@@ -370,6 +368,11 @@ typedef struct hk_heap {
   uint32_t class_searched[HK_NCLASSES]; /* purge_passes at the class's last page search */
   struct hk_heap *pool_next;      /* free heap pool */
   hk_heap_stats stats;
+  /* what other threads read or write, on a line of its own: each remote
+   * free reads active_ms, which shared a line with counters and queue heads
+   * that the owner writes */
+  _Alignas(64) _Atomic uint64_t active_ms; /* when the owner last looked for a page, to 16 searches */
+  _Atomic uint32_t remote_hint;   /* a full page received a remote free */
 } hk_heap;
 
 extern hk_heap hk_heap_empty;     /* every thread starts here: direct[] -> hk_page_empty */
