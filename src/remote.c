@@ -269,7 +269,11 @@ void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b) {
   }
   unsigned cls = page->cls;
   hk_heap *owner = hk_owner_untag(atomic_load_explicit(&page->heap, memory_order_relaxed));
-  if (self == &hk_heap_empty || hk_class_foreign_max[cls] == 0 || (owner != NULL && owner_idle(self, owner))) {
+  /* A block of an exited thread's page (no owner) goes straight back, so
+   * the page can empty and be reused or given back: kept here, it pinned
+   * its page for as long as this thread allocated nothing of the class
+   * (thread_churn's main thread: peak RSS 4268 -> 4148 KiB). */
+  if (self == &hk_heap_empty || hk_class_foreign_max[cls] == 0 || owner == NULL || owner_idle(self, owner)) {
     push_one(page, b);
     return;
   }
