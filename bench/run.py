@@ -108,6 +108,13 @@ def scaling_benchmarks(threads):
     for t in threads:
         out.append(Bench(f"mid_large_mt_{t}t", ["mid_large_mt", str(t), "2000000", "256"],
                          what=f"mid_large_mt, {t} threads x 2M cycles"))
+    for t in threads:
+        out.append(Bench(f"thread_scaling_{t}t", ["thread_scaling", str(t), "5000000"],
+                         what=f"small churn, {t} threads x 5M operations"))
+    for t in threads:
+        if t >= 2:
+            out.append(Bench(f"prodcons_{t}t", ["prodcons", str(t // 2), "2000000"],
+                             what=f"{t // 2} producer->consumer pairs x 2M blocks (remote frees)"))
     return out
 
 
