@@ -437,9 +437,7 @@ static void thread_done(void *arg) {
  * cost 11 % of thread_churn's speed). Not in hardened mode, whose pages
  * carve in random order. */
 static void reset_kept(hk_page *p) {
-  uint32_t fresh = HK_EXTEND_BYTES / p->block_size; /* what hk_page_extend carves first */
-  if (fresh < HK_EXTEND_MIN_BLOCKS) fresh = HK_EXTEND_MIN_BLOCKS;
-  if (hk_secure || p->capacity <= fresh) return;
+  if (hk_secure || p->capacity <= hk_extend_blocks(p->block_size)) return; /* as fresh */
   hk_page_init(p, p->cls);
   hk_page_extend(p);
   atomic_store_explicit(&p->remote, HK_PAGE_ABANDONED, memory_order_relaxed);

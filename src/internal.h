@@ -503,10 +503,11 @@ HK_INLINE bool hk_colored_page(unsigned cls, unsigned nslabs) {
   return hk_class_colored[cls] && nslabs == hk_class_slabs[cls] && !hk_secure;
 }
 uintptr_t hk_page_span_start(const hk_page *page);
-/* hk_page_extend carves HK_EXTEND_BYTES of blocks at a time, and at least
- * HK_EXTEND_MIN_BLOCKS */
+/* hk_page_extend carves the blocks of HK_EXTEND_BYTES at a time, or one */
 #define HK_EXTEND_BYTES (4u << 10)
-#define HK_EXTEND_MIN_BLOCKS 4u
+HK_INLINE uint32_t hk_extend_blocks(uint32_t block_size) {
+  return block_size < HK_EXTEND_BYTES ? HK_EXTEND_BYTES / block_size : 1;
+}
 bool hk_page_extend(hk_page *page);
 uint32_t hk_page_collect(hk_page *page, unsigned new_state);
 #define HK_COLLECT_RECLAIMED UINT32_MAX

@@ -27,6 +27,7 @@
 #include <malloc.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 
 #include "hakmem.h"
 
@@ -167,6 +168,18 @@ static HKT_UNUSED size_t hkt_rss_bytes(void) {
   unsigned long size = 0, resident = 0;
   CHECK(sscanf(buf, "%lu %lu", &size, &resident) == 2, "cannot parse /proc/self/statm");
   return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* How many OS pages of [lo, hi) are resident (at most 64 pages). */
+static HKT_UNUSED size_t hkt_resident_pages(uintptr_t lo, uintptr_t hi) {
+  uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+  lo &= ~(ps - 1);
+  size_t n = (size_t)((hi - lo + ps - 1) / ps), count = 0;
+  unsigned char vec[64];
+  CHECK(n <= sizeof vec, "range too long: %zu pages", n);
+  CHECK(mincore((void *)lo, n * ps, vec) == 0, "mincore: %s", strerror(errno));
+  for (size_t i = 0; i < n; i++) count += vec[i] & 1;
+  return count;
 }
 
 #endif /* HAKMEM_TESTS_API_H */

@@ -13,7 +13,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,18 +28,6 @@ static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* OS pages of [lo, hi) that are resident */
-static size_t resident_pages(uintptr_t lo, uintptr_t hi) {
-  long ps = sysconf(_SC_PAGESIZE);
-  lo &= ~(uintptr_t)(ps - 1);
-  size_t n = (hi - lo + (size_t)ps - 1) / (size_t)ps, count = 0;
-  unsigned char vec[64];
-  CHECK(n <= sizeof vec, "range too long: %zu pages", n);
-  CHECK(mincore((void *)lo, n * (size_t)ps, vec) == 0, "mincore: %s", strerror(errno));
-  for (size_t i = 0; i < n; i++) count += vec[i] & 1;
-  return count;
 }
 
 /* Every block of the thread is touched; all but the first of each kind are
@@ -103,7 +90,7 @@ int main(void) {
   span_of(small, NSMALL, SMALL_BLOCK, &slo, &shi);
   CHECK(hi - lo <= 64 * 1024 && shi - slo <= 64 * 1024, "blocks not in one page each: %zu and %zu bytes",
         (size_t)(hi - lo), (size_t)(shi - slo));
-  size_t before = resident_pages(lo, hi), sbefore = resident_pages(slo, shi);
+  size_t before = hkt_resident_pages(lo, hi), sbefore = hkt_resident_pages(slo, shi);
   CHECK(before >= 14 && sbefore >= 14, "the blocks were written: %zu and %zu pages resident", before, sbefore);
 
   /* remote frees into the abandoned pages, from a thread that exits (a
@@ -116,8 +103,8 @@ int main(void) {
   size_t after = before, safter = sbefore;
   while (now_s() - t0 < 1.5 && (after > 2 || safter > 2)) {
     usleep(10 * 1000);
-    after = resident_pages(lo, hi);
-    safter = resident_pages(slo, shi);
+    after = hkt_resident_pages(lo, hi);
+    safter = hkt_resident_pages(slo, shi);
   }
   printf("test_abandoned_trim: resident pages %zu -> %zu (1000 B blocks), %zu -> %zu (24 B blocks) in %.0f ms\n",
          before, after, sbefore, safter, (now_s() - t0) * 1e3);
