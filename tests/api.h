@@ -170,6 +170,17 @@ static HKT_UNUSED size_t hkt_rss_bytes(void) {
   return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+/* Is hardened mode on? It rounds usable sizes up past the canary
+ * (docs/SAFETY.md) and carves blocks in random order, so tests of the
+ * plain layout skip it. */
+static HKT_UNUSED int hkt_hardened(void) {
+  void *probe = API(malloc)(1000);
+  CHECK(probe != NULL, "malloc failed");
+  int hardened = API(malloc_usable_size)(probe) != 1024;
+  API(free)(probe);
+  return hardened;
+}
+
 /* How many OS pages of [lo, hi) are resident (at most 64 pages). */
 static HKT_UNUSED size_t hkt_resident_pages(uintptr_t lo, uintptr_t hi) {
   uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
