@@ -112,7 +112,8 @@ static uint32_t span_bytes(const hk_page *page) { return (uint32_t)page->nslabs 
  * (hk_spares_expire), which is why a heap may keep 16 MiB of them and an
  * idle thread still keeps nothing for long; spare_lock is between the
  * owner's slow paths and the purger only. */
-static _Atomic uint32_t spares_total; /* spare_bytes of all heaps, for the purger's pending() */
+static _Atomic uint64_t spares_total; /* spare_bytes of all heaps, for the purger's pending() (up to 16 MiB a heap:
+                                          more than 32 bits with 256 threads) */
 
 static void retire_page(hk_heap *h, hk_page *page) {
   unhold(h, page);
