@@ -102,7 +102,7 @@ int main(void) {
   }
   printf("test_abandoned_trim: resident pages %zu -> %zu (1000 B blocks), %zu -> %zu (24 B blocks) in %.0f ms\n",
          before, after, sbefore, safter, (now_s() - t0) * 1e3);
-  /* a fresh page carves one OS page of blocks (at least 4 blocks) */
+  /* a fresh page carves one OS page of 1000 B or 24 B blocks */
   CHECK(after <= 2 && safter <= 2, "empty abandoned pages not trimmed within 1.5 s: %zu and %zu pages resident",
         after, safter);
   return 0;
