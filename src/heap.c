@@ -732,6 +732,10 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
   if (page == NULL) {
     uint32_t dirty = 0;
     page = hk_region_alloc_span(nslabs, cls, &dirty, room);
+    if (page == NULL) { /* out of memory: the spares and caches first (not this heap's queued pages: find_page is at them) */
+      hk_release_for_retry();
+      page = hk_region_alloc_span(nslabs, cls, &dirty, room);
+    }
     tail_dirty = (dirty >> (nslabs - 1)) & 1;
   }
   if (page == NULL) return NULL;

@@ -468,6 +468,7 @@ void hk_region_free_span(hk_page *page);
 void hk_region_free_span_purged(hk_page *page); /* its memory already given back */
 bool hk_region_grow_span(hk_page *page, unsigned nslabs);   /* take the free slabs after it, if free */
 void hk_region_shrink_span(hk_page *page, unsigned nslabs); /* give back its tail slabs */
+bool hk_arena_shrink(void);                                  /* unmap the arena's never-used slots */
 void hk_region_register(void *base);
 void hk_region_unregister(void *base);
 bool hk_region_purge(bool force);                 /* true if memory was released */
@@ -562,6 +563,7 @@ void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b);
 void hk_sizeclass_init(void);
 void hk_region_usage(size_t *mapped, size_t *in_use);
 int hk_trim(void);
+void hk_release_for_retry(void); /* a mapping failed: give back the caches, then retry once */
 void hk_mallinfo_bytes(size_t *mapped, size_t *in_use);
 
 /* ---- init.c ---- */

@@ -64,6 +64,31 @@ static hk_region *arena_take(void) {
   return r;
 }
 
+/* Out of memory: unmap the arena's reserved slots that hold no region (the
+ * never used and the given back), whose reservation counts against an
+ * address-space limit (RLIMIT_AS) as much as a mapping does. They are not
+ * committed again (a mapping of the program's may be there by then):
+ * regions mapped there later are found as those beyond the arena are. */
+bool hk_arena_shrink(void) {
+  pthread_mutex_lock(&hk_region_lock);
+  bool shrunk = false;
+  for (size_t w = 0; w < (arena_next + 63) / 64; w++) {
+    for (uint64_t m = arena_free[w]; m != 0; m &= m - 1) {
+      size_t slot = w * 64 + (size_t)__builtin_ctzll(m);
+      hk_os_unmap(hk_arena_base + slot * HK_REGION_SIZE, HK_REGION_SIZE);
+      shrunk = true;
+    }
+    arena_free[w] = 0;
+  }
+  if (arena_regions > arena_next) {
+    hk_os_unmap(hk_arena_base + arena_next * HK_REGION_SIZE, (arena_regions - arena_next) * HK_REGION_SIZE);
+    arena_regions = arena_next;
+    shrunk = true;
+  }
+  pthread_mutex_unlock(&hk_region_lock);
+  return shrunk;
+}
+
 static bool in_arena(const hk_region *r) {
   return arena_regions != 0 && (uintptr_t)((const char *)r - hk_arena_base) < arena_regions * HK_REGION_SIZE;
 }
