@@ -318,6 +318,10 @@ hk_heap *hk_heap_get(void) {
   hk_tls_heap = h;
   /* After hk_tls_heap is set: pthread_setspecific may itself call calloc. */
   if (atomic_load_explicit(&thread_key_ready, memory_order_acquire)) pthread_setspecific(thread_key, h);
+  /* A second thread allocates: from now on free() cannot start the purger
+   * (purger.c), so it starts here, in this thread's first malloc. */
+  static _Atomic uint32_t heaps_made;
+  if (atomic_fetch_add_explicit(&heaps_made, 1, memory_order_relaxed) != 0) hk_purger_start();
   return h;
 }
 
@@ -421,6 +425,7 @@ static void thread_done(void *arg) {
   heap_abandon(h);
   hk_abandoned_sweep(false, false);
   hk_purger_poke();
+  hk_purger_start();
 }
 
 /* ---- abandoned pages ---- */
@@ -622,7 +627,7 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
     } else if (page->nslabs > 1 && !hk_secure && !h->moving && h->held_bytes + carved <= HK_HELD_BYTES) {
       page->held = 1; /* stays queued: find_page takes it before a new span */
       h->held_bytes += carved;
-      hk_purger_poke();
+      hk_purger_poke_free();
       return;
     } else {
       queue_remove(&h->queues[cls], page);
@@ -641,7 +646,7 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
       set_current(h, cls);
     }
   }
-  hk_purger_poke();
+  hk_purger_poke_free();
 }
 
 /* ---- free medium blocks: their inside goes back to the OS ----

@@ -475,15 +475,24 @@ bool hk_region_purge(bool force);                 /* true if memory was released
 bool hk_region_pending(void);                     /* dirty slabs or spare regions left */
 
 /* ---- purger.c: background return of memory to the OS ---- */
-void hk_purger_notify(void);
+void hk_purger_notify(void);      /* malloc's slow path, realloc, thread exit, malloc_trim */
+void hk_purger_notify_free(void); /* free(): may only note that the purger is wanted */
+void hk_purger_start(void);       /* thread exit: start it if it never was */
+extern _Atomic int hk_purger_wanted; /* a free released memory before the purger ran */
 extern __thread bool hk_purge_poke __attribute__((tls_model("initial-exec")));
-/* Wake the purger if this thread released slabs; call only with no
- * allocator lock held and the heap consistent (starting the thread may
- * call malloc). */
+/* Wake the purger if this thread released slabs, or start it if a free
+ * wanted it; call only with no allocator lock held and the heap consistent
+ * (starting the thread may call malloc). Not from free: hk_purger_poke_free. */
 HK_INLINE void hk_purger_poke(void) {
-  if (HK_UNLIKELY(hk_purge_poke)) {
+  if (HK_UNLIKELY(hk_purge_poke || atomic_load_explicit(&hk_purger_wanted, memory_order_relaxed))) {
     hk_purge_poke = false;
     hk_purger_notify();
+  }
+}
+HK_INLINE void hk_purger_poke_free(void) {
+  if (HK_UNLIKELY(hk_purge_poke)) {
+    hk_purge_poke = false;
+    hk_purger_notify_free();
   }
 }
 void hk_purger_fork_prepare(void);

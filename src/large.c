@@ -278,7 +278,7 @@ void hk_large_free(hk_region *r, void *p) {
   bool cached = r->large_state == HK_LARGE_CACHED && (nv == 0 || victims[nv - 1] != r);
   pthread_mutex_unlock(&hk_large_lock);
   for (unsigned i = 0; i < nv; i++) unmap_large(victims[i]);
-  if (cached) hk_purger_notify(); /* no lock held: may start the purger */
+  if (cached) hk_purger_notify_free(); /* no lock held */
 }
 
 size_t hk_large_usable(hk_region *r) { return r->map_size - guard_tail() - r->user_offset; }

@@ -2,8 +2,10 @@
  * HAKMEM_PURGE_DELAY_MS even when the program makes no further allocator
  * call (a program that frees everything and then sleeps or waits on I/O).
  *
- * It is started on the first release of memory (never at load time, so
- * short programs that never free a page never get it), wakes every half
+ * It is started on the first release of memory in a program with one
+ * thread, and when a second thread first allocates (never at load time, so
+ * short programs that never free a page never get it; never from free() in
+ * a program with threads: see hk_purger_notify_free), wakes every half
  * delay while there is something to purge, and sleeps on a condition
  * variable when there is nothing. Application threads only read one atomic
  * flag (`idle`) on the page-release slow path; they signal the purger only
@@ -12,6 +14,12 @@
 
 #include <signal.h>
 #include <time.h>
+#if defined(__has_include)
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#define HK_HAVE_SINGLE_THREADED 1
+#endif
+#endif
 
 __thread bool hk_purge_poke __attribute__((tls_model("initial-exec")));
 
@@ -61,12 +69,29 @@ static void *purger_main(void *arg) {
   return NULL;
 }
 
-/* Called after memory became purgeable, with no allocator lock held. */
+_Atomic int hk_purger_wanted;
+
+/* Could another thread exist? glibc says (2.32+); without it, assume so. */
+static bool maybe_threaded(void) {
+#ifdef HK_HAVE_SINGLE_THREADED
+  return !__libc_single_threaded;
+#else
+  return true;
+#endif
+}
+
+/* Called after memory became purgeable, with no allocator lock held, from
+ * malloc's slow path, realloc, thread exit or malloc_trim: contexts that may
+ * start the thread. */
 void hk_purger_notify(void) {
-  if (!hk_opt.purge_thread) return;
+  if (!hk_opt.purge_thread) {
+    atomic_store_explicit(&hk_purger_wanted, 0, memory_order_relaxed);
+    return;
+  }
   if (!atomic_load_explicit(&started, memory_order_acquire)) {
     int expect = 0;
     if (!atomic_compare_exchange_strong(&started, &expect, 1)) return;
+    atomic_store_explicit(&hk_purger_wanted, 0, memory_order_relaxed);
     pthread_attr_t attr;
     pthread_t tid;
     pthread_attr_init(&attr);
@@ -83,6 +108,31 @@ void hk_purger_notify(void) {
     pthread_cond_signal(&purger_cond);
     pthread_mutex_unlock(&purger_lock);
   }
+}
+
+/* From free(), which glibc itself calls while it holds its lock on the
+ * cache of thread stacks (pthread_join, or a detached thread's exit, freeing
+ * the thread-local storage of stacks it evicts): pthread_create there waits
+ * on that lock forever. With 2,000 threads of 64 KiB stacks joined, the
+ * first memory released was such a free, and the program hung. So free()
+ * starts the thread only while the process has a single thread; otherwise
+ * it leaves the start to the next malloc slow path or thread exit. */
+void hk_purger_notify_free(void) {
+  if (!atomic_load_explicit(&started, memory_order_acquire) && maybe_threaded()) {
+    atomic_store_explicit(&hk_purger_wanted, 1, memory_order_relaxed);
+    return;
+  }
+  hk_purger_notify();
+}
+
+/* Start the purger if it never was: when a second thread makes its first
+ * malloc, and when a thread exits (no glibc lock is held there: thread-
+ * specific data destructors run first). From then on free() could not
+ * start it (above), and a program whose threads free everything and wait,
+ * or whose exited threads' pages only the purger gives back, would keep
+ * that memory. */
+void hk_purger_start(void) {
+  if (!atomic_load_explicit(&started, memory_order_acquire)) hk_purger_notify();
 }
 
 /* fork: the child has no purger thread; it starts one when it needs it. */

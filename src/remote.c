@@ -138,9 +138,10 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
   else if (state == HK_PAGE_ABANDONED && !atomic_exchange_explicit(&hk_abandoned_hint, 1, memory_order_acq_rel))
     /* Only a sweep notes a page that empties here, and a program whose
      * other threads have exited may make no further call that sweeps: the
-     * purger must (started now if it never was; no lock is held here, and
-     * the cache being flushed is already detached from the heap). */
-    hk_purger_notify();
+     * purger must (no lock is held here, and the cache being flushed is
+     * already detached from the heap; started at once only while the
+     * process has one thread, see purger.c). */
+    hk_purger_notify_free();
 }
 
 HK_INLINE uintptr_t foreign_tag(const hk_page *page, const hk_block *b) {
