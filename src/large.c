@@ -18,17 +18,45 @@ static hk_region *cache[CACHE_MAX]; /* hk_large_lock */
 static unsigned cache_n;
 static size_t cache_bytes;
 /* Cached mappings keep their pages for quick reuse, but only up to this
- * many bytes besides the newest entry, or as many as the large blocks still
- * live if that is more: older ones give their data pages back at once (they
- * stay mapped, so reusing them costs page faults, not mmap/munmap). A loop
- * of one large malloc/free pair still makes no system call; a program
- * freeing many large blocks does not hold them resident; one that keeps
- * N MiB of large blocks live and replaces them keeps up to N MiB of freed
- * ones resident, for the purge delay at most (with the fixed 8 MiB, 4 live
- * blocks of 1-4 MiB replaced at random cost a madvise and 2.5 page faults
- * per malloc: 0.41 Mops/s, mimalloc 2.0). */
+ * many bytes, or as many as the large blocks still live if that is more:
+ * beyond that, entries cached for CACHE_HOT_MS give their data pages back
+ * (they stay mapped, so reusing them costs page faults, not mmap/munmap),
+ * oldest first, at the next free or purger pass. A loop of one large
+ * malloc/free pair makes no system call; a program freeing many large blocks
+ * does not hold them resident for long; one that keeps N MiB of large blocks
+ * live and replaces them keeps up to N MiB of freed ones resident, for the
+ * purge delay at most (with the fixed 8 MiB, 4 live blocks of 1-4 MiB
+ * replaced at random cost a madvise and 2.5 page faults per malloc: 0.41
+ * Mops/s, mimalloc 2.0). The grace of CACHE_HOT_MS is for a thread that
+ * frees the large blocks another allocates (a pipeline): few are live at
+ * any moment, and purging each entry beyond 8 MiB at once, under the lock,
+ * cost a madvise per free and made the two threads queue on the lock:
+ * 1-4 MiB blocks passed through a ring, 75k blocks/s (mimalloc 1.84M,
+ * jemalloc 1.46M, tcmalloc 0.82M). */
 #define CACHE_RESIDENT_MAX ((size_t)8 << 20)
+#define CACHE_HOT_MS 10
 static size_t cache_resident;
+
+static size_t data_page(const hk_region *r);
+
+/* Purge the oldest resident entries cached for CACHE_HOT_MS while the cache
+ * holds more resident bytes than the budget. Under hk_large_lock. */
+static void cache_enforce_budget_locked(uint64_t now) {
+  size_t live = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed) - cache_bytes;
+  size_t budget = live > CACHE_RESIDENT_MAX ? live : CACHE_RESIDENT_MAX;
+  while (cache_resident > budget) {
+    hk_region *old = NULL;
+    for (unsigned i = 0; i < cache_n; i++)
+      if (cache[i]->cached_resident && now >= cache[i]->cached_at_ms + CACHE_HOT_MS &&
+          (old == NULL || cache[i]->cached_at_ms < old->cached_at_ms))
+        old = cache[i];
+    if (old == NULL) break;
+    hk_os_purge((char *)old + data_page(old), old->cached_resident);
+    cache_resident -= old->cached_resident;
+    old->cached_resident = 0;
+    old->large_zero = 1; /* its data reads back as zeros */
+  }
+}
 
 /* Blocks aligned to 2 MiB or more cannot keep their header in the 2 MiB
  * unit of their data (the data starts on such a boundary). Their header
@@ -98,6 +126,7 @@ bool hk_large_trim(bool force) {
   hk_region *victims[CACHE_MAX];
   pthread_mutex_lock(&hk_large_lock);
   unsigned n = cache_expire_locked(victims, force);
+  cache_enforce_budget_locked(hk_os_now_ms());
   pthread_mutex_unlock(&hk_large_lock);
   for (unsigned i = 0; i < n; i++) unmap_large(victims[i]);
   return n > 0;
@@ -140,8 +169,10 @@ static hk_region *cache_take(size_t need, size_t off) {
   for (unsigned i = 0; i < cache_n; i++) {
     size_t m = cache[i]->map_size;
     /* hardened mode: the same data offset, so the guard pages stay in place */
+    /* the smallest that fits, a resident one before a purged one (faults) */
     if (m >= need && m <= 2 * need && (!hk_secure || cache[i]->user_offset == off) &&
-        (best == CACHE_MAX || m < cache[best]->map_size))
+        (best == CACHE_MAX || (cache[i]->cached_resident != 0) > (cache[best]->cached_resident != 0) ||
+         ((cache[i]->cached_resident != 0) == (cache[best]->cached_resident != 0) && m < cache[best]->map_size)))
       best = i;
   }
   if (best != CACHE_MAX) {
@@ -254,24 +285,13 @@ void hk_large_free(hk_region *r, void *p) {
       victims[nv++] = cache[oldest];
       cache_remove_at(oldest);
     }
-    r->cached_at_ms = hk_os_now_ms();
+    uint64_t now = hk_os_now_ms();
+    r->cached_at_ms = now;
     r->cached_resident = r->map_size - guard_tail() - data_page(r);
     cache[cache_n++] = r;
     cache_bytes += r->map_size;
     cache_resident += r->cached_resident;
-    /* over the resident budget: purge the oldest other entries */
-    size_t live = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed) - cache_bytes;
-    size_t budget = live > CACHE_RESIDENT_MAX ? live : CACHE_RESIDENT_MAX;
-    while (cache_resident - r->cached_resident > budget) {
-      hk_region *old = NULL;
-      for (unsigned i = 0; i + 1 < cache_n; i++)
-        if (cache[i]->cached_resident && (old == NULL || cache[i]->cached_at_ms < old->cached_at_ms)) old = cache[i];
-      if (old == NULL) break;
-      hk_os_purge((char *)old + data_page(old), old->cached_resident);
-      cache_resident -= old->cached_resident;
-      old->cached_resident = 0;
-      old->large_zero = 1; /* its data reads back as zeros */
-    }
+    cache_enforce_budget_locked(now);
   } else {
     victims[nv++] = r;
   }

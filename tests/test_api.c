@@ -1021,7 +1021,7 @@ static void test_trim_releases(void) {
 
 /* Freed large blocks may be kept mapped for reuse, but not resident beyond
  * a small budget: freeing 32 MiB of touched 4 MiB blocks must lower RSS by
- * most of it at once, with no malloc_trim. */
+ * most of it within a few purger passes (30 ms here), with no malloc_trim. */
 static void test_large_cache_resident(void) {
   enum { N = 8 };
   void *ps[N];
@@ -1032,10 +1032,17 @@ static void test_large_cache_resident(void) {
   }
   size_t before = hkt_rss_bytes();
   for (int i = 0; i < N; i++) API(free)(ps[i]);
+  /* the cache may keep them resident for a few ms (a thread may be about
+   * to reuse them: src/large.c), then the purger gives them back */
   size_t after = hkt_rss_bytes();
-  printf(" [RSS %.1f -> %.1f MiB after freeing %d x 4 MiB]", (double)before / (double)MiB,
-         (double)after / (double)MiB, N);
-  CHECK(after + 16 * MiB < before, "freed large blocks stay resident: RSS %.1f -> %.1f MiB",
+  int waited = 0;
+  for (; waited < 1000 && after + 16 * MiB >= before; waited += 10) {
+    usleep(10 * 1000);
+    after = hkt_rss_bytes();
+  }
+  printf(" [RSS %.1f -> %.1f MiB %d ms after freeing %d x 4 MiB]", (double)before / (double)MiB,
+         (double)after / (double)MiB, waited, N);
+  CHECK(after + 16 * MiB < before, "freed large blocks stay resident for 1 s: RSS %.1f -> %.1f MiB",
         (double)before / (double)MiB, (double)after / (double)MiB);
   /* and they are still reusable: calloc from the cache is zero */
   char *z = (char *)API(calloc)(1, 4 * MiB);
