@@ -323,13 +323,17 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   }
   if (r->large_detached) return NULL; /* moving would break its alignment: copy */
   size_t old = r->map_size;
+  /* Out of the bitmap before the move: once moved, the old address is free,
+   * and another thread's new mapping there registers itself; unregistering
+   * after the move cleared that thread's bit, and its block then read as
+   * "not allocated by hakmem" (1-4 MiB blocks that one thread allocates and
+   * another grows with realloc: 4 of 6 runs aborted). The block is the
+   * caller's: no other thread may look it up meanwhile. */
+  hk_region_unregister(r);
   hk_region *n = hk_os_remap(r, old, need, HK_REGION_SIZE);
+  hk_region_register(n != NULL ? n : r);
   if (n == NULL) return NULL;
   hk_stat_add(large_remaps, 1);
-  if (n != r) {
-    hk_region_unregister(r);
-    hk_region_register(n);
-  }
   n->map_size = need;
   n->user_size = size;
   hk_stat_peak(&hk_stats.large_peak_bytes,
