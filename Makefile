@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 CMAKE ?= cmake
 
-.PHONY: all build test test-release test-asan test-tsan test-install test-fuzz install clean
+.PHONY: all build test test-release test-clang test-asan test-tsan test-install test-fuzz install clean
 
 all: build
 
@@ -13,12 +13,19 @@ build:
 	$(CMAKE) --build build -j $(JOBS)
 
 # Every test: the release build's suite (unit, stress, fork, churn, misuse,
-# C++, preload smoke tests), the unit tests under ASan+UBSan, the stress test
-# under TSan, and an install/pkg-config/find_package check.
-test: test-release test-asan test-tsan test-install
+# C++, preload smoke tests), the same built with clang, the unit tests under
+# ASan+UBSan, the stress test under TSan, and an install/pkg-config/
+# find_package check.
+test: test-release test-clang test-asan test-tsan test-install
 
 test-release: build
 	cd build && ctest --output-on-failure -j $(JOBS)
+
+# The code is C11 for GCC and clang: the release suite again, clang-built.
+test-clang:
+	$(CMAKE) -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+	$(CMAKE) --build build-clang -j $(JOBS)
+	cd build-clang && ctest --output-on-failure -j $(JOBS)
 
 test-asan:
 	$(CMAKE) -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_SANITIZE=address
@@ -67,4 +74,4 @@ bench-callgrind: build
 	python3 bench/run.py --callgrind
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz
+	rm -rf build build-clang build-asan build-tsan build-fuzz
