@@ -63,7 +63,36 @@ static const char *env_lookup(const char *name) {
   return NULL;
 }
 
+/* HAKMEM_* variables that are not options: the hakmem program's. */
+static const char *const not_options[] = {"LIB"};
+
+static bool known_name(const char *name, size_t n) {
+  for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+    if (strlen(options[i].name) == n && strncmp(options[i].name, name, n) == 0) return true;
+  for (size_t i = 0; i < sizeof not_options / sizeof not_options[0]; i++)
+    if (strlen(not_options[i]) == n && strncmp(not_options[i], name, n) == 0) return true;
+  return false;
+}
+
+/* A misspelt option would otherwise be ignored without a word. */
+static void warn_unknown(void) {
+  if (environ == NULL) return;
+  for (char **e = environ; *e != NULL; e++) {
+    const char *s = *e;
+    if (strncmp(s, "HAKMEM_", 7) != 0) continue;
+    const char *eq = strchr(s, '=');
+    size_t n = eq ? (size_t)(eq - s) - 7 : strlen(s) - 7;
+    if (known_name(s + 7, n)) continue;
+    static const char msg[] = "hakmem: warning: unknown option HAKMEM_";
+    static const char tail[] = " ignored (docs/OPTIONS.md lists the options)\n";
+    hk_os_write_stderr(msg, sizeof msg - 1);
+    hk_os_write_stderr(s + 7, n);
+    hk_os_write_stderr(tail, sizeof tail - 1);
+  }
+}
+
 void hk_options_init(void) {
+  warn_unknown();
   for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
     option_desc *o = &options[i];
     *o->value = o->def;

@@ -207,6 +207,19 @@ if [ -n "$loaded_tool" ]; then
   else
     echo "HAKMEM_STATS=1 report seen ($(printf '%s\n' "$stats_err" | grep -c .) lines)"
   fi
+  # a misspelt option is named on stderr; HAKMEM_LIB (the hakmem program's) is not an option
+  if [ "$loaded_tool" = python3 ]; then
+    typo_err=$(HAKMEM_PURGE_DELAY=5 HAKMEM_LIB=/unused LD_PRELOAD="$LIB" python3 -c 'pass' 2>&1 > /dev/null)
+  else
+    typo_err=$(HAKMEM_PURGE_DELAY=5 HAKMEM_LIB=/unused LD_PRELOAD="$LIB" perl -e 'exit 0' 2>&1 > /dev/null)
+  fi
+  if ! printf '%s\n' "$typo_err" | grep -q "unknown option HAKMEM_PURGE_DELAY ignored"; then
+    fail "HAKMEM_PURGE_DELAY (no such option) gave no warning; stderr: $(printf '%s' "$typo_err" | head -3)"
+  elif printf '%s\n' "$typo_err" | grep -q "HAKMEM_LIB"; then
+    fail "HAKMEM_LIB, which the hakmem program sets, drew a warning: $typo_err"
+  else
+    echo "unknown option warned about, HAKMEM_LIB left alone"
+  fi
 else
   echo "SKIP: neither python3 nor perl found for the loaded/stats check"
 fi
