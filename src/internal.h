@@ -477,7 +477,7 @@ bool hk_region_pending(void);                     /* dirty slabs or spare region
 /* ---- purger.c: background return of memory to the OS ---- */
 void hk_purger_notify(void);      /* malloc's slow path, realloc, thread exit, malloc_trim */
 void hk_purger_notify_free(void); /* free(): may only note that the purger is wanted */
-void hk_purger_start(void);       /* thread exit: start it if it never was */
+void hk_purger_start(void);       /* a second thread's first malloc, thread exit: start it if it never was */
 extern _Atomic int hk_purger_wanted; /* a free released memory before the purger ran */
 extern __thread bool hk_purge_poke __attribute__((tls_model("initial-exec")));
 /* Wake the purger if this thread released slabs, or start it if a free

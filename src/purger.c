@@ -84,14 +84,15 @@ static bool maybe_threaded(void) {
  * malloc's slow path, realloc, thread exit or malloc_trim: contexts that may
  * start the thread. */
 void hk_purger_notify(void) {
-  if (!hk_opt.purge_thread) {
+  /* cleared here whatever happens below: a free that set it just as another
+   * thread started the purger would otherwise leave it set, and send every
+   * later slow-path malloc here */
+  if (atomic_load_explicit(&hk_purger_wanted, memory_order_relaxed))
     atomic_store_explicit(&hk_purger_wanted, 0, memory_order_relaxed);
-    return;
-  }
+  if (!hk_opt.purge_thread) return;
   if (!atomic_load_explicit(&started, memory_order_acquire)) {
     int expect = 0;
     if (!atomic_compare_exchange_strong(&started, &expect, 1)) return;
-    atomic_store_explicit(&hk_purger_wanted, 0, memory_order_relaxed);
     pthread_attr_t attr;
     pthread_t tid;
     pthread_attr_init(&attr);
