@@ -165,9 +165,12 @@ static bool release_cached(void) {
  * and so on), and the caches hold the rest: a program that freed its
  * medium blocks got a NULL for a 4 MiB block with 300 MiB of the limit
  * unused (23 such blocks against glibc's 94 under `ulimit -v 400000`). */
-void hk_release_for_retry(void) {
+void hk_release_for_retry(size_t need) {
   release_cached();
-  hk_arena_shrink();
+  /* The arena's unused reservation goes for good: only when an
+   * address-space limit is what the mapping ran into (a request no machine
+   * can serve, malloc(1 TiB), must not cost the arena) */
+  if (hk_os_space_limited(need)) hk_arena_shrink();
 }
 
 int hk_trim(void) {

@@ -738,7 +738,7 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
     uint32_t dirty = 0;
     page = hk_region_alloc_span(nslabs, cls, &dirty, room);
     if (page == NULL) { /* out of memory: the spares and caches first (not this heap's queued pages: find_page is at them) */
-      hk_release_for_retry();
+      hk_release_for_retry(HK_REGION_SIZE);
       page = hk_region_alloc_span(nslabs, cls, &dirty, room);
     }
     tail_dirty = (dirty >> (nslabs - 1)) & 1;

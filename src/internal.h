@@ -425,6 +425,7 @@ void hk_os_guard(void *p, size_t size);                /* PROT_NONE */
 void hk_os_purge(void *p, size_t size);               /* MADV_DONTNEED */
 void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align); /* NULL on failure */
 bool hk_os_shrink(void *p, size_t old_size, size_t new_size);
+bool hk_os_space_limited(size_t need); /* an RLIMIT_AS that a mapping of need bytes fits under */
 uint64_t hk_os_now_ms(void);
 uint64_t hk_os_random(void);
 size_t hk_os_peak_rss_kb(void);
@@ -572,7 +573,7 @@ void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b);
 void hk_sizeclass_init(void);
 void hk_region_usage(size_t *mapped, size_t *in_use);
 int hk_trim(void);
-void hk_release_for_retry(void); /* a mapping failed: give back the caches, then retry once */
+void hk_release_for_retry(size_t need); /* a mapping of need bytes failed: give back the caches, then retry once */
 void hk_mallinfo_bytes(size_t *mapped, size_t *in_use);
 
 /* ---- init.c ---- */

@@ -149,7 +149,7 @@ static void place_guards(hk_region *r) {
 static hk_region *map_large(size_t need, size_t align) {
   hk_region *r = hk_os_map_aligned(need, align);
   if (r == NULL) {
-    hk_release_for_retry();
+    hk_release_for_retry(need);
     r = hk_os_map_aligned(need, align);
   }
   if (r == NULL) return NULL;

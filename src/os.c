@@ -15,8 +15,15 @@
 #define MAP_NORESERVE 0
 #endif
 
+/* Writable mappings are charged against the commit limit as glibc's are:
+ * with MAP_NORESERVE the kernel's overcommit heuristic let malloc(1 TiB)
+ * on a 24 GiB machine return a block (a program then dies when it touches
+ * it, instead of seeing NULL). Reservations (PROT_NONE) are charged nothing
+ * either way. */
+static int map_flags(int prot) { return MAP_PRIVATE | MAP_ANONYMOUS | (prot == PROT_NONE ? MAP_NORESERVE : 0); }
+
 static void *map_raw(void *hint, size_t size, int prot) {
-  void *p = mmap(hint, size, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void *p = mmap(hint, size, prot, map_flags(prot), -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 
@@ -43,11 +50,11 @@ void *hk_os_reserve(size_t size, size_t align) { return map_aligned(size, align,
 /* Make reserved memory usable (fresh zero pages), or give it back and
  * make it inaccessible again; one mmap over the range either way. */
 bool hk_os_commit(void *p, size_t size) {
-  void *q = mmap(p, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  void *q = mmap(p, size, PROT_READ | PROT_WRITE, map_flags(PROT_READ | PROT_WRITE) | MAP_FIXED, -1, 0);
   return q == p;
 }
 void hk_os_decommit(void *p, size_t size) {
-  void *q = mmap(p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  void *q = mmap(p, size, PROT_NONE, map_flags(PROT_NONE) | MAP_FIXED, -1, 0);
   if (q != p) hk_warning("mmap of a reserved range failed");
 }
 
@@ -69,18 +76,31 @@ void hk_os_purge(void *p, size_t size) {
  * mremap so the pages are not copied. */
 void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align) {
 #ifdef MREMAP_MAYMOVE
+  int saved = errno; /* a failed first try must not show in a realloc that succeeds */
   void *q = mremap(p, old_size, new_size, 0);
   if (q != MAP_FAILED) return q;
 #ifdef MREMAP_FIXED
   void *dst = hk_os_map_aligned(new_size, align);
   if (dst == NULL) return NULL;
   q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
-  if (q != MAP_FAILED) return q;
+  if (q != MAP_FAILED) {
+    errno = saved;
+    return q;
+  }
   munmap(dst, new_size);
 #endif
 #endif
   (void)p; (void)old_size; (void)new_size; (void)align;
   return NULL;
+}
+
+/* Is there an address-space limit (RLIMIT_AS) that a mapping of `need`
+ * bytes could fit under? Only then does giving up unused reserved address
+ * space help a mapping that failed. */
+bool hk_os_space_limited(size_t need) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return false;
+  return need < (size_t)rl.rlim_cur;
 }
 
 bool hk_os_shrink(void *p, size_t old_size, size_t new_size) {

@@ -4,6 +4,13 @@
  * hakmem gives back what its caches and its arena reservation hold
  * (docs/DESIGN.md, "Regions, purging and the OS").
  *
+ * First, without a limit: a request larger than the machine's memory and
+ * swap gets NULL and ENOMEM, as from glibc (until 2026-11-25 hakmem mapped
+ * it with MAP_NORESERVE, outside the kernel's overcommit check, and
+ * malloc(64 TiB) returned a block), leaves a block being resized intact,
+ * and costs the arena nothing (its unused reservation is given up only
+ * under an address-space limit); a successful realloc leaves errno alone.
+ *
  * The program re-runs itself (HKTEST_OOM_CHILD=1) with the limit set, so
  * that hakmem initialises under it, as in a program started by `ulimit -v`.
  */
@@ -13,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 
 #define MiB ((size_t)1 << 20)
@@ -70,8 +78,90 @@ static int child(void) {
   return 0;
 }
 
+/* Bytes of inaccessible (PROT_NONE) anonymous mappings: the arena's
+ * reservation, mostly. */
+static size_t reserved_bytes(void) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  CHECK(f != NULL, "/proc/self/maps: %s", strerror(errno));
+  char line[512];
+  size_t total = 0;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    char perms[8];
+    int path = 0;
+    if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &lo, &hi, perms, &path) >= 3 && strcmp(perms, "---p") == 0 &&
+        (path == 0 || line[path] == '\n' || line[path] == '\0'))
+      total += hi - lo;
+  }
+  fclose(f);
+  return total;
+}
+
+static int overcommit_mode(void) {
+  FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
+  int mode = -1;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &mode) != 1) mode = -1;
+    fclose(f);
+  }
+  return mode;
+}
+
+static void huge_requests(void) {
+  int mode = overcommit_mode();
+  if (mode != 0 && mode != 2) { /* 1: the kernel grants any mapping */
+    printf("test_oom: overcommit_memory is %d: huge requests not checked\n", mode);
+    return;
+  }
+  struct sysinfo si;
+  CHECK(sysinfo(&si) == 0, "sysinfo: %s", strerror(errno));
+  size_t machine = ((size_t)si.totalram + (size_t)si.totalswap) * si.mem_unit;
+  size_t huge = (machine * 2 + (1u << 30)) & ~(((size_t)1 << 30) - 1); /* a multiple of 1 GiB */
+  void *warm = API(malloc)(64); /* the arena exists */
+  size_t before = reserved_bytes();
+  errno = 0;
+  CHECK(API(malloc)(huge) == NULL && errno == ENOMEM, "malloc(%zu GiB): not NULL/ENOMEM (errno %d)", huge >> 30, errno);
+  errno = 0;
+  CHECK(API(calloc)(1, huge) == NULL && errno == ENOMEM, "calloc(%zu GiB): not NULL/ENOMEM (errno %d)", huge >> 30, errno);
+  errno = 0;
+  CHECK(API(aligned_alloc)((size_t)1 << 21, huge) == NULL && errno == ENOMEM,
+        "aligned_alloc(2 MiB, %zu GiB): not NULL/ENOMEM (errno %d)", huge >> 30, errno);
+  size_t sizes[] = {100000, 4 * MiB};
+  for (int i = 0; i < 2; i++) {
+    unsigned char *p = (unsigned char *)API(malloc)(sizes[i]);
+    CHECK(p != NULL, "malloc(%zu)", sizes[i]);
+    hkt_fill(p, sizes[i], 77 + i);
+    errno = 0;
+    CHECK(API(realloc)(p, huge) == NULL && errno == ENOMEM, "realloc(%zu bytes -> %zu GiB): not NULL/ENOMEM (errno %d)",
+          sizes[i], huge >> 30, errno);
+    CHECK(hkt_verify(p, sizes[i], 77 + i) == HKT_OK, "realloc(%zu bytes -> %zu GiB) failed and changed the block", sizes[i],
+          huge >> 30);
+    API(free)(p);
+  }
+  size_t after = reserved_bytes();
+  CHECK(after + ((size_t)1 << 30) >= before, "the huge requests cost %zu MiB of reserved address space",
+        (before - after) / MiB);
+  /* large blocks grown step by step beside others (some moves, some in
+   * place): errno as it was before each successful call */
+  void *big[8];
+  for (int i = 0; i < 8; i++) big[i] = API(malloc)(2 * MiB);
+  for (size_t size = 3 * MiB; size <= 24 * MiB; size += 3 * MiB)
+    for (int i = 0; i < 8; i++) {
+      errno = EDOM;
+      void *q = API(realloc)(big[i], size);
+      CHECK(q != NULL && errno == EDOM, "realloc of a large block to %zu MiB: %p, errno %d (EDOM before)", size / MiB,
+            q, errno);
+      big[i] = q;
+    }
+  for (int i = 0; i < 8; i++) API(free)(big[i]);
+  API(free)(warm);
+  printf("test_oom: requests of %zu GiB (memory and swap: %zu MiB): NULL, ENOMEM; reserved address space %zu -> %zu MiB\n",
+         huge >> 30, machine / MiB, before / MiB, after / MiB);
+}
+
 int main(void) {
   if (getenv("HKTEST_OOM_CHILD")) return child();
+  huge_requests();
   fflush(stdout);
   pid_t pid = fork();
   CHECK(pid >= 0, "fork: %s", strerror(errno));
