@@ -558,7 +558,7 @@ bool hk_large_trim(bool force);
 bool hk_large_pending(void);
 size_t hk_large_usable(hk_region *r);
 hk_region *hk_large_find_detached(const void *p);
-size_t hk_large_cached_bytes(void);
+void hk_large_usage(size_t *mapped, size_t *cached); /* all large mappings, and the cached ones, at one time */
 hk_region *hk_region_lookup(const void *p);
 
 /* ---- alloc.c / free.c ---- */

@@ -100,8 +100,8 @@ HK_API struct mallinfo2 hak_mallinfo2(void) {
   size_t mapped, in_use;
   memset(&mi, 0, sizeof mi);
   hk_region_usage(&mapped, &in_use);
-  size_t large = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed);
-  size_t cached = hk_large_cached_bytes();
+  size_t large, cached;
+  hk_large_usage(&large, &cached);
   size_t live_large = large > cached ? large - cached : 0;
   mi.arena = mapped;                      /* bytes in small/medium regions */
   mi.hblkhd = live_large;                 /* bytes in live large mappings */
