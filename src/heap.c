@@ -305,7 +305,10 @@ static hk_heap *heap_new(void) {
   h->grown_next = 0;
   h->pool_next = NULL;
   memset(&h->stats, 0, sizeof h->stats);
-  hk_stat_add(heaps_created, 1);
+  uint32_t owner = (uint32_t)hk_stat_add(heaps_created, 1) + 1; /* this ownership's own number */
+  atomic_store_explicit(&h->tid, hk_os_tid(), memory_order_relaxed);
+  atomic_store_explicit(&h->reap_checked_ms, 0, memory_order_relaxed);
+  atomic_store_explicit(&h->live, owner ? owner : 1, memory_order_release); /* after tid: see hk_heap_reap */
   return h;
 }
 
@@ -327,6 +330,7 @@ hk_heap *hk_heap_get(void) {
    * (purger.c), so it starts here, in this thread's first malloc. */
   static _Atomic uint32_t heaps_made;
   if (atomic_fetch_add_explicit(&heaps_made, 1, memory_order_relaxed) != 0) hk_purger_start();
+  hk_heap_reap();
   return h;
 }
 
@@ -428,6 +432,7 @@ static void thread_done(void *arg) {
   if (h == &hk_heap_empty) return;
   hk_tls_heap = &hk_heap_empty;
   heap_gone = true;
+  atomic_store_explicit(&h->live, 0, memory_order_relaxed);
   heap_abandon(h);
   hk_abandoned_sweep(false, false);
   hk_purger_poke();
@@ -851,7 +856,8 @@ static hk_heap *late_heap; /* late_lock */
 
 static void *alloc_late(size_t size, unsigned cls) {
   pthread_mutex_lock(&late_lock);
-  if (late_heap == NULL) late_heap = heap_new();
+  if (late_heap == NULL && (late_heap = heap_new()) != NULL)
+    atomic_store_explicit(&late_heap->tid, 0, memory_order_relaxed); /* no thread of its own: never reaped */
   void *p = late_heap != NULL ? alloc_from_pages(late_heap, size, cls) : NULL;
   pthread_mutex_unlock(&late_lock);
   if (p == NULL) errno = ENOMEM;
@@ -984,12 +990,62 @@ void hk_heap_collect(hk_heap *h, bool release_all) {
   if (release_all) release_spares(h);
 }
 
+/* ---- heaps whose thread is gone ----
+ * A heap made by a thread's first allocation in glibc's last round of
+ * thread-specific-data destructors (see alloc_late) is never abandoned by
+ * its thread; in a child after fork(), the parent's other threads' heaps
+ * have no thread at all. Their pages then stayed owned by a heap nothing
+ * runs (thread_done's work, never done). At most every half purge delay,
+ * from the purger and when a thread makes its heap, the reaper asks the
+ * kernel (tgkill with signal 0: no signal is sent) whether the thread of
+ * each live heap idle for a half delay still exists, each heap at most once
+ * every ten delays, and abandons the heaps whose thread is gone: no code of
+ * that thread can run any more, so nothing else touches them. */
+void hk_heap_reap(void) {
+  uint64_t now = hk_os_now_ms(), half = (uint64_t)hk_opt.purge_delay_ms / 2 + 1;
+  uint64_t every = 10 * (uint64_t)hk_opt.purge_delay_ms + 1;
+  static _Atomic uint64_t next_ms;
+  uint64_t next = atomic_load_explicit(&next_ms, memory_order_relaxed);
+  if (now < next || !atomic_compare_exchange_strong(&next_ms, &next, now + half)) return;
+  hk_heap *dead = NULL;
+  pthread_mutex_lock(&hk_heap_lock);
+  for (hk_heap *h = all_heaps; h != NULL; h = h->all_next) {
+    /* live first: its acquire makes the tid of that same ownership visible
+     * (heap_new stores tid before live); and the CAS below expects that
+     * ownership's number, so a heap given up and taken by another thread
+     * meanwhile (live 0, then another number) is left alone */
+    uint32_t owner = atomic_load_explicit(&h->live, memory_order_acquire);
+    int tid = atomic_load_explicit(&h->tid, memory_order_relaxed);
+    if (owner == 0 || tid == 0 || now < atomic_load_explicit(&h->active_ms, memory_order_relaxed) + half ||
+        now < atomic_load_explicit(&h->reap_checked_ms, memory_order_relaxed) + every)
+      continue;
+    atomic_store_explicit(&h->reap_checked_ms, now, memory_order_relaxed);
+    if (hk_os_thread_gone(tid) && atomic_compare_exchange_strong(&h->live, &owner, 0)) {
+      h->pool_next = dead; /* (not in the pool: a live heap) */
+      dead = h;
+    }
+  }
+  pthread_mutex_unlock(&hk_heap_lock);
+  while (dead != NULL) {
+    hk_heap *h = dead;
+    dead = h->pool_next;
+    heap_abandon(h);
+    hk_stat_add(heaps_reaped, 1);
+  }
+}
+
 /* ---- fork: keep every lock consistent in the child ---- */
 void hk_heap_fork_lock(void) {
   pthread_mutex_lock(&late_lock);
   pthread_mutex_lock(&hk_heap_lock);
   pthread_mutex_lock(&hk_abandoned_lock);
 }
+/* In the child, the forking thread has a new kernel id. */
+void hk_heap_fork_child(void) {
+  hk_heap *h = hk_tls_heap;
+  if (h != &hk_heap_empty) atomic_store_explicit(&h->tid, hk_os_tid(), memory_order_relaxed);
+}
+
 void hk_heap_fork_unlock(void) {
   pthread_mutex_unlock(&hk_abandoned_lock);
   pthread_mutex_unlock(&hk_heap_lock);

@@ -10,6 +10,7 @@
 
 void hk_heap_fork_lock(void);
 void hk_heap_fork_unlock(void);
+void hk_heap_fork_child(void);
 
 uintptr_t hk_key;
 _Atomic int hk_init_state;
@@ -74,6 +75,7 @@ void hk_fork_parent(void) {
 
 void hk_fork_child(void) {
   /* Only the forking thread exists in the child, and it holds every lock. */
+  hk_heap_fork_child();
   unlock_all();
   hk_purger_fork_child();
   hk_reclaim_fork_done();

@@ -351,11 +351,6 @@ typedef struct hk_heap {
   hk_block *foreign[HK_NCLASSES];  /* blocks of other heaps' pages freed here (remote.c) */
   uint16_t foreign_count[HK_NCLASSES];
   hk_page *full;                  /* parked full pages (doubly linked) */
-  hk_page *spare[HK_SLABS];       /* empty spans kept for reuse by any class, by length in slabs
-                                     (singly linked; spare_lock: the purger takes old ones) */
-  uint32_t spare_bytes;           /* spare_lock */
-  pthread_mutex_t spare_lock;
-  struct hk_heap *all_next;       /* every heap ever made (heap.c: the purger's walk) */
   uint32_t held_bytes;            /* carved bytes of held pages: held[] and pages marked held */
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:
                                      its carved bytes then (0: not so), heap.c */
@@ -373,6 +368,20 @@ typedef struct hk_heap {
    * that the owner writes */
   _Alignas(64) _Atomic uint64_t active_ms; /* when the owner last looked for a page, to 16 searches */
   _Atomic uint32_t remote_hint;   /* a full page received a remote free */
+  /* Not zeroed when a heap is reused (heap_new zeroes what comes before
+   * remote_hint): the purger walks all_next and takes spare_lock at any time.
+   * (Until 2026-11-25 these lay in the zeroed part: each new heap cut the
+   * list after itself, so the purger and the growth purge saw the newest
+   * heap's spares only.) */
+  hk_page *spare[HK_SLABS];       /* empty spans kept for reuse by any class, by length in slabs
+                                     (singly linked; spare_lock: the purger takes old ones) */
+  uint32_t spare_bytes;           /* spare_lock */
+  pthread_mutex_t spare_lock;
+  struct hk_heap *all_next;       /* every heap ever made (heap.c: the purger's walk) */
+  /* the reaper's (heap.c, hk_heap_reap) */
+  _Atomic uint32_t live;          /* a thread owns it: a number of its own for each owner, 0 when none */
+  _Atomic int tid;                /* that thread's kernel id (0: the shared late heap) */
+  _Atomic uint64_t reap_checked_ms; /* when the reaper last asked whether the thread is gone */
 } hk_heap;
 
 extern hk_heap hk_heap_empty;     /* every thread starts here: direct[] -> hk_page_empty */
@@ -426,6 +435,8 @@ void hk_os_purge(void *p, size_t size);               /* MADV_DONTNEED */
 void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align); /* NULL on failure */
 bool hk_os_shrink(void *p, size_t old_size, size_t new_size);
 bool hk_os_space_limited(size_t need); /* an RLIMIT_AS that a mapping of need bytes fits under */
+int hk_os_tid(void);                     /* the calling thread's kernel id */
+bool hk_os_thread_gone(int tid);         /* that thread of this process has exited */
 uint64_t hk_os_now_ms(void);
 uint64_t hk_os_random(void);
 size_t hk_os_peak_rss_kb(void);
@@ -449,7 +460,7 @@ typedef struct hk_stats {
   _Atomic uint64_t pages_reclaimed;    /* full pages emptied by remote frees, given back by the freer */
   _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
   _Atomic uint64_t large_unmaps, large_remaps;
-  _Atomic uint64_t heaps_created, threads_exited;
+  _Atomic uint64_t heaps_created, threads_exited, heaps_reaped;
   _Atomic uint64_t blocks_purged, block_purge_bytes;
 } hk_stats_t;
 extern hk_stats_t hk_stats;
@@ -537,6 +548,7 @@ void *hk_malloc_slow(hk_heap *heap, size_t size);
 hk_heap *hk_heap_get(void);                       /* this thread's heap, created if needed */
 void hk_heap_page_emptied(hk_heap *heap, hk_page *page);
 void hk_heap_collect(hk_heap *heap, bool release_all);
+void hk_heap_reap(void);          /* abandon the heaps whose thread has exited without doing so */
 void hk_spares_expire(bool force);  /* purger: give back spare spans unused for a purge delay */
 void hk_spares_trim(void);          /* the program grew: give back spares beyond HK_SPARE_BYTES */
 bool hk_spares_pending(void);

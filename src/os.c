@@ -103,6 +103,19 @@ bool hk_os_space_limited(size_t need) {
   return need < (size_t)rl.rlim_cur;
 }
 
+/* The calling thread's kernel id. */
+int hk_os_tid(void) { return (int)syscall(SYS_gettid); }
+
+/* Has the thread with kernel id tid (of this process) exited? Only a
+ * definite "no such thread" counts: any other answer (a tid the kernel has
+ * given to a new thread since, a tgkill that is refused) says no. */
+bool hk_os_thread_gone(int tid) {
+  int saved = errno;
+  bool gone = syscall(SYS_tgkill, (long)getpid(), (long)tid, 0L) != 0 && errno == ESRCH;
+  errno = saved;
+  return gone;
+}
+
 bool hk_os_shrink(void *p, size_t old_size, size_t new_size) {
   if (new_size >= old_size) return new_size == old_size;
   return munmap((char *)p + new_size, old_size - new_size) == 0;

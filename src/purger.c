@@ -53,6 +53,7 @@ static void *purger_main(void *arg) {
     hk_region_purge(false);
     hk_large_trim(false);
     hk_abandoned_sweep(true, false);
+    hk_heap_reap();
     /* Go idle only if nothing is left; a release racing with this either
      * shows up in pending() or sees idle == 1 and signals. */
     atomic_store(&idle, 1);

@@ -83,6 +83,7 @@ void hk_stats_print(void) {
   hk_os_write_stderr("hakmem: process\n", 16);
   line("heaps created", LOAD(heaps_created), NULL);
   line("threads exited", LOAD(threads_exited), NULL);
+  line("heaps of exited threads reaped", LOAD(heaps_reaped), NULL);
   line("peak RSS", hk_os_peak_rss_kb(), "KiB");
   line("current RSS", hk_os_current_rss_kb(), "KiB");
   hk_os_write_stderr("hakmem: options\n", 16);
