@@ -993,9 +993,9 @@ void hk_heap_collect(hk_heap *h, bool release_all) {
 /* ---- heaps whose thread is gone ----
  * A heap made by a thread's first allocation in glibc's last round of
  * thread-specific-data destructors (see alloc_late) is never abandoned by
- * its thread; in a child after fork(), the parent's other threads' heaps
- * have no thread at all. Their pages then stayed owned by a heap nothing
- * runs (thread_done's work, never done). At most every half purge delay,
+ * its thread: its pages stayed owned by a heap nothing runs (thread_done's
+ * work, never done). (In a child after fork() the parent's other threads'
+ * heaps have no thread either, but are never reaped: hk_heap_fork_child.) At most every half purge delay,
  * from the purger and when a thread makes its heap, the reaper asks the
  * kernel (tgkill with signal 0: no signal is sent) whether the thread of
  * each live heap idle for a half delay still exists, each heap at most once
@@ -1040,10 +1040,15 @@ void hk_heap_fork_lock(void) {
   pthread_mutex_lock(&hk_heap_lock);
   pthread_mutex_lock(&hk_abandoned_lock);
 }
-/* In the child, the forking thread has a new kernel id. */
+/* In the child (hk_heap_lock held): the forking thread has a new kernel
+ * id; the parent's other threads are gone, but their heaps are left as
+ * they are, never reaped: such a thread may have been in the middle of a
+ * malloc or free, its lists half changed, when the parent forked. */
 void hk_heap_fork_child(void) {
-  hk_heap *h = hk_tls_heap;
-  if (h != &hk_heap_empty) atomic_store_explicit(&h->tid, hk_os_tid(), memory_order_relaxed);
+  hk_heap *self = hk_tls_heap;
+  for (hk_heap *h = all_heaps; h != NULL; h = h->all_next)
+    if (h != self) atomic_store_explicit(&h->tid, 0, memory_order_relaxed);
+  if (self != &hk_heap_empty) atomic_store_explicit(&self->tid, hk_os_tid(), memory_order_relaxed);
 }
 
 void hk_heap_fork_unlock(void) {

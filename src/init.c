@@ -75,7 +75,7 @@ void hk_fork_parent(void) {
 
 void hk_fork_child(void) {
   /* Only the forking thread exists in the child, and it holds every lock. */
-  hk_heap_fork_child();
+  hk_heap_fork_child(); /* (under hk_heap_lock) */
   unlock_all();
   hk_purger_fork_child();
   hk_reclaim_fork_done();

@@ -380,7 +380,8 @@ typedef struct hk_heap {
   struct hk_heap *all_next;       /* every heap ever made (heap.c: the purger's walk) */
   /* the reaper's (heap.c, hk_heap_reap) */
   _Atomic uint32_t live;          /* a thread owns it: a number of its own for each owner, 0 when none */
-  _Atomic int tid;                /* that thread's kernel id (0: the shared late heap) */
+  _Atomic int tid;                /* that thread's kernel id (0: never reaped: the shared late
+                                     heap, the parent's other threads' heaps in a forked child) */
   _Atomic uint64_t reap_checked_ms; /* when the reaper last asked whether the thread is gone */
 } hk_heap;
 
