@@ -850,7 +850,8 @@ static void *alloc_from_pages(hk_heap *h, size_t size, unsigned cls) {
  * (glibc: none). Such threads share one heap instead, under a lock; its
  * blocks are freed as any other heap's, remotely when by another thread.
  * A thread whose first allocation is in the last round still gets a heap
- * of its own that is never abandoned: nothing tells that round apart. */
+ * of its own (nothing tells that round apart), which its thread never
+ * abandons: the reaper does (hk_heap_reap). */
 static pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
 static hk_heap *late_heap; /* late_lock */
 
@@ -995,8 +996,9 @@ void hk_heap_collect(hk_heap *h, bool release_all) {
  * thread-specific-data destructors (see alloc_late) is never abandoned by
  * its thread: its pages stayed owned by a heap nothing runs (thread_done's
  * work, never done). (In a child after fork() the parent's other threads'
- * heaps have no thread either, but are never reaped: hk_heap_fork_child.) At most every half purge delay,
- * from the purger and when a thread makes its heap, the reaper asks the
+ * heaps have no thread either, but are never reaped: hk_heap_fork_child.)
+ * At most every half purge delay, from the purger and when a thread makes
+ * its heap, the reaper asks the
  * kernel (tgkill with signal 0: no signal is sent) whether the thread of
  * each live heap idle for a half delay still exists, each heap at most once
  * every ten delays, and abandons the heaps whose thread is gone: no code of
