@@ -306,6 +306,7 @@ static hk_heap *heap_new(void) {
   h->pool_next = NULL;
   memset(&h->stats, 0, sizeof h->stats);
   uint32_t owner = (uint32_t)hk_stat_add(heaps_created, 1) + 1; /* this ownership's own number */
+  h->region_list = (uint8_t)(owner % HK_REGION_LISTS);
   atomic_store_explicit(&h->tid, hk_os_tid(), memory_order_relaxed);
   atomic_store_explicit(&h->reap_checked_ms, 0, memory_order_relaxed);
   atomic_store_explicit(&h->live, owner ? owner : 1, memory_order_release); /* after tid: see hk_heap_reap */
@@ -746,11 +747,11 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
    * of hakmem's time (5.5 -> 16.8 Mops/s with the other purges as they were). */
   bool tail_dirty = page != NULL && page->cls != cls;
   if (page == NULL) {
-    uint32_t dirty = 0;
-    page = hk_region_alloc_span(nslabs, cls, &dirty, room);
+    hk_slabmask dirty = 0;
+    page = hk_region_alloc_span(nslabs, cls, &dirty, room, h->region_list);
     if (page == NULL) { /* out of memory: the spares and caches first (not this heap's queued pages: find_page is at them) */
       hk_release_for_retry(HK_REGION_SIZE);
-      page = hk_region_alloc_span(nslabs, cls, &dirty, room);
+      page = hk_region_alloc_span(nslabs, cls, &dirty, room, h->region_list);
     }
     tail_dirty = (dirty >> (nslabs - 1)) & 1;
   }

@@ -58,11 +58,11 @@ void hk_fork_prepare(void) {
   hk_purger_fork_prepare();
   hk_heap_fork_lock();
   pthread_mutex_lock(&hk_large_lock);
-  pthread_mutex_lock(&hk_region_lock);
+  hk_region_fork_lock();
 }
 
 static void unlock_all(void) {
-  pthread_mutex_unlock(&hk_region_lock);
+  hk_region_fork_unlock();
   pthread_mutex_unlock(&hk_large_lock);
   hk_heap_fork_unlock();
 }

@@ -44,17 +44,23 @@
 #define HK_HOT __attribute__((aligned(64)))
 
 /* ---- geometry ---- */
-#define HK_REGION_SHIFT 21
+#ifndef HK_REGION_SHIFT
+#define HK_REGION_SHIFT 22
+#endif
 #define HK_REGION_SIZE ((uintptr_t)1 << HK_REGION_SHIFT)
 #define HK_REGION_MASK (HK_REGION_SIZE - 1)
 #define HK_SLAB_SHIFT 16
 #define HK_SLAB_SIZE ((uintptr_t)1 << HK_SLAB_SHIFT)
-#define HK_SLABS 32                      /* per region; slab 0 holds the header */
+#define HK_SLABS (1 << (HK_REGION_SHIFT - HK_SLAB_SHIFT)) /* per region; slab 0 holds the header */
+typedef uint64_t hk_slabmask;            /* one bit per slab of a region */
+#define HK_REGION_LISTS 8                /* region lists of a lock each (region.c) */
 #define HK_MAX_SPAN_SLABS 16             /* largest page: 1 MiB */
 #define HK_OS_PAGE 4096
 #define HK_LARGE_HEADER 4096             /* bytes before a large block's data */
+#ifndef HK_SPARE_MAX
 #define HK_SPARE_BYTES ((uint32_t)2 << 20) /* empty spans a heap keeps for reuse (realloc's: see heap.c) */
 #define HK_SPARE_MAX ((uint32_t)16 << 20)  /* ... all told, for a purge delay at most */
+#endif
 #define HK_HELD_BYTES ((uint32_t)2 << 20)  /* emptied pages a heap keeps in their class queues (carved bytes) */
 
 /* Address space covered by the ownership bitmap (48-bit user space). */
@@ -263,7 +269,7 @@ typedef struct hk_region {
   };
 } hk_region;
 
-_Static_assert(sizeof(hk_region) <= HK_LARGE_HEADER, "region header must fit in 4 KiB");
+_Static_assert(sizeof(hk_page) <= HK_LARGE_HEADER, "a large block's header (slot 0) must fit in its 4 KiB");
 _Static_assert(offsetof(hk_region, cached_resident) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
 
 /* ---- the arena and its page table (region.c) ----
@@ -355,6 +361,7 @@ typedef struct hk_heap {
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:
                                      its carved bytes then (0: not so), heap.c */
   uint8_t moving;                 /* realloc is freeing the block it moved (heap.c) */
+  uint8_t region_list;            /* the region list its spans come from first (region.c) */
   void *grown[HK_GROWN_RING];     /* blocks this thread's realloc grew last (alloc.c) */
   uint32_t grown_next;
   uint64_t block_purge_ms;        /* next pass over free medium blocks (purge_free_blocks) */
@@ -471,11 +478,13 @@ void hk_stats_merge_heap(hk_heap *h);
 void hk_stats_print(void);
 
 /* ---- region.c: slab spans, shared by all threads (one lock, off the fast path) ---- */
-extern pthread_mutex_t hk_region_lock;
+void hk_region_fork_lock(void);   /* every region lock, in order */
+void hk_region_fork_unlock(void);
 /* NULL on OOM; dirty: bit k set if the span's slab k may hold committed
  * memory (0: the span is clean); room: prefer a run followed by this many
  * free slabs */
-hk_page *hk_region_alloc_span(unsigned nslabs, unsigned cls, uint32_t *dirty, unsigned room);
+hk_page *hk_region_alloc_span(unsigned nslabs, unsigned cls, hk_slabmask *dirty, unsigned room,
+                              unsigned home); /* home: the heap's region list */
 extern _Atomic uint32_t hk_growth_epoch; /* moves when the program has grown (region.c) */
 void hk_region_free_span(hk_page *page);
 void hk_region_free_span_purged(hk_page *page); /* its memory already given back */

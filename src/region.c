@@ -12,7 +12,9 @@
 
 #include <string.h>
 
-pthread_mutex_t hk_region_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The arena's slots and the region records (below); taken inside a
+ * region list's lock, never the other way round. */
+static pthread_mutex_t arena_lock = PTHREAD_MUTEX_INITIALIZER;
 _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
 
 /* ---- the arena (see internal.h) ----
@@ -70,7 +72,7 @@ static hk_region *arena_take(void) {
  * committed again (a mapping of the program's may be there by then):
  * regions mapped there later are found as those beyond the arena are. */
 bool hk_arena_shrink(void) {
-  pthread_mutex_lock(&hk_region_lock);
+  pthread_mutex_lock(&arena_lock);
   bool shrunk = false;
   for (size_t w = 0; w < (arena_next + 63) / 64; w++) {
     for (uint64_t m = arena_free[w]; m != 0; m &= m - 1) {
@@ -85,7 +87,7 @@ bool hk_arena_shrink(void) {
     arena_regions = arena_next;
     shrunk = true;
   }
-  pthread_mutex_unlock(&hk_region_lock);
+  pthread_mutex_unlock(&arena_lock);
   return shrunk;
 }
 
@@ -102,38 +104,73 @@ static void table_set(hk_region *r, unsigned first, unsigned n, const hk_page *p
   for (unsigned k = 0; k < n; k++) atomic_store_explicit(&hk_page_table[slab + k], v, memory_order_relaxed);
 }
 
+/* Bits first .. first+n-1. */
+static hk_slabmask slab_bits(unsigned first, unsigned n) {
+  return (n >= 64 ? ~(hk_slabmask)0 : (((hk_slabmask)1 << n) - 1)) << first;
+}
+
 /* Slabs 1..31 serve pages. In hardened mode slab 31 is left out: its last
  * 4 KiB is the guard page between this region and the next. */
-#define ALL_SLABS (hk_secure ? (~(uint32_t)1 & ~((uint32_t)1 << 31)) : ~(uint32_t)1)
+#define ALL_SLABS (hk_secure ? slab_bits(1, HK_SLABS - 2) : slab_bits(1, HK_SLABS - 1))
 
 /* What the span search reads of each small region, kept apart from the
  * region (hk_region.info) in one array: the headers all sit at 2 MiB
  * alignment, hence in one cache set, and a search that read each region's
  * header missed the cache on every region it visited (64 KiB-1 MiB blocks
  * of random sizes, two threads: 14 % of the time in the search loop, 44 %
- * of that on one load). Under hk_region_lock. */
+ * of that on one load). Under its list's lock. */
 typedef struct hk_region_info {
-  uint32_t free_mask;        /* bit i: slab i is free */
-  uint32_t dirty_mask;       /* bit i: slab i is free but may hold committed pages */
+  struct region_list *list;  /* the list (and lock) the region belongs to */
+  hk_slabmask free_mask;        /* bit i: slab i is free */
+  hk_slabmask dirty_mask;       /* bit i: slab i is free but may hold committed pages */
   hk_region *r;
   struct hk_region_info *next, *prev;
   uint64_t purge_at_ms;      /* when dirty slabs may be given back (0: none) */
   uint64_t empty_since_ms;   /* all slabs free since (0: not empty) */
+  hk_slabmask fresh;         /* bit i: slab i never used since the region was mapped */
+  hk_slabmask heads;         /* bit i: a page started at free slab i (its class: last_cls[i]) */
   uint8_t last_cls[HK_SLABS]; /* of each free slab: class + 1 of the page that used it last (0: none) */
 } hk_region_info;
 
 /* One per region that can exist at once: the arena's, or as many outside
- * it (HAKMEM_ARENA_MB set low). Untouched entries cost no memory. */
+ * it (HAKMEM_ARENA_MB set low). Untouched entries cost no memory. Under
+ * arena_lock. */
 static hk_region_info info_pool[ARENA_REGIONS];
 static size_t info_used;            /* entries handed out at least once */
 static hk_region_info *info_free;   /* given back, linked through next */
 
-static hk_region_info *regions;     /* every small region; full ones (no free slab) at the tail */
-static hk_region_info *regions_tail;
-static uint64_t next_purge_ms;
+/* The regions, in HK_REGION_LISTS lists of their own lock each. A heap
+ * takes its spans from its own list's regions when one has a committed run
+ * that fits, else from another list's (if its lock is free), else from its
+ * own list's clean slabs or a new region there; a span goes back to the
+ * list of its region. With one list under one lock, two threads replacing
+ * blocks of 64 KiB-1 MiB spent most of their time waiting for each other:
+ * a page acquisition or release per malloc or free of such a block, each
+ * with a search over some 30 regions under the lock (futex calls and
+ * spinning 40-60 % of big_mixed's time, `perf record`, 2026-11-25). Taking
+ * another list's committed run before clean memory of its own keeps the
+ * lists from growing apart, as separate heaps of regions would (a heap
+ * leasing regions of its own: 78-92 MiB against 60-67 on big_mixed,
+ * docs/BENCHMARKS.md). */
+typedef struct region_list {
+  pthread_mutex_t lock;
+  hk_region_info *first, *last; /* regions with free slabs first, full ones at the tail */
+  uint64_t next_purge_ms;
+  uint32_t slabs_used;          /* in live spans of this list's regions */
+  uint32_t fresh_taken;         /* never used slabs taken since the last growth purge */
+} __attribute__((aligned(64))) region_list;
+
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP /* glibc: spins a while before sleeping */
+#define LIST_INIT {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP}
+#else
+#define LIST_INIT {.lock = PTHREAD_MUTEX_INITIALIZER}
+#endif
+static region_list lists[HK_REGION_LISTS] = {LIST_INIT, LIST_INIT, LIST_INIT, LIST_INIT,
+                                             LIST_INIT, LIST_INIT, LIST_INIT, LIST_INIT};
+_Static_assert(HK_REGION_LISTS == 8, "one initialiser per list");
 
 /* Free slabs become dirty (may hold committed pages) until purged. */
-static void mark_dirty(hk_region_info *r, uint32_t run, uint64_t now) {
+static void mark_dirty(hk_region_info *r, hk_slabmask run, uint64_t now) {
   if (r->dirty_mask == 0) r->purge_at_ms = now + (uint64_t)hk_opt.purge_delay_ms;
   r->dirty_mask |= run;
 }
@@ -150,21 +187,38 @@ void hk_region_unregister(void *base) {
 }
 
 static void list_unlink(hk_region_info *r) {
-  if (r->prev) r->prev->next = r->next; else regions = r->next;
-  if (r->next) r->next->prev = r->prev; else regions_tail = r->prev;
+  region_list *l = r->list;
+  if (r->prev) r->prev->next = r->next; else l->first = r->next;
+  if (r->next) r->next->prev = r->prev; else l->last = r->prev;
   r->next = r->prev = NULL;
 }
 static void list_push_front(hk_region_info *r) {
+  region_list *l = r->list;
   r->prev = NULL;
-  r->next = regions;
-  if (regions) regions->prev = r; else regions_tail = r;
-  regions = r;
+  r->next = l->first;
+  if (l->first) l->first->prev = r; else l->last = r;
+  l->first = r;
 }
 static void list_push_back(hk_region_info *r) {
+  region_list *l = r->list;
   r->next = NULL;
-  r->prev = regions_tail;
-  if (regions_tail) regions_tail->next = r; else regions = r;
-  regions_tail = r;
+  r->prev = l->last;
+  if (l->last) l->last->next = r; else l->first = r;
+  l->last = r;
+}
+/* Has free slabs again: back to the front. */
+static void list_has_room(hk_region_info *r) {
+  if (r->free_mask == 0 && r != r->list->first) {
+    list_unlink(r);
+    list_push_front(r);
+  }
+}
+/* Full: out of the search's way. */
+static void list_if_full(hk_region_info *r) {
+  if (r->free_mask == 0 && r != r->list->last) {
+    list_unlink(r);
+    list_push_back(r);
+  }
 }
 
 static void region_forget(hk_region *r) {
@@ -177,25 +231,35 @@ static void region_forget(hk_region *r) {
   }
 }
 
-static hk_region_info *region_new(void) {
+/* Caller holds l->lock. */
+static hk_region_info *region_new(region_list *l) {
+  pthread_mutex_lock(&arena_lock);
   hk_region_info *info = info_free;
-  if (info == NULL && info_used == ARENA_REGIONS) return NULL; /* 64 GiB of small regions */
-  hk_region *r = arena_take();
-  if (r == NULL) r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE);
-  if (r == NULL) return NULL;
-  if (((uintptr_t)r >> HK_REGION_SHIFT) >> HK_MAP_BITS) {
-    region_forget(r);
+  hk_region *r = NULL;
+  if (info != NULL || info_used < ARENA_REGIONS) { /* else 64 GiB of small regions */
+    r = arena_take();
+    if (r == NULL) r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE);
+    if (r != NULL && ((uintptr_t)r >> HK_REGION_SHIFT) >> HK_MAP_BITS) {
+      region_forget(r);
+      r = NULL;
+    }
+  }
+  if (r == NULL) {
+    pthread_mutex_unlock(&arena_lock);
     return NULL;
   }
   if (info != NULL) info_free = info->next;
   else info = &info_pool[info_used++];
+  pthread_mutex_unlock(&arena_lock);
   if (hk_secure) hk_os_guard((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD); /* catches overflows into the next region */
   r->magic = HK_MAGIC_REGION;
   r->kind = HK_KIND_SMALL;
   r->info = info;
   memset(info, 0, sizeof *info);
+  info->list = l;
   info->r = r;
   info->free_mask = ALL_SLABS;
+  info->fresh = ALL_SLABS;
   list_push_front(info);
   hk_region_register(r);
   hk_stat_add(regions_mapped, 1);
@@ -206,48 +270,55 @@ static hk_region_info *region_new(void) {
 static void region_delete(hk_region_info *info) {
   hk_region *r = info->r;
   list_unlink(info);
-  info->r = NULL;
-  info->next = info_free;
-  info_free = info;
   hk_region_unregister(r);
   table_set(r, 0, HK_SLABS, NULL);
+  pthread_mutex_lock(&arena_lock);
+  info->r = NULL;
+  info->list = NULL;
+  info->next = info_free;
+  info_free = info;
   region_forget(r);
+  pthread_mutex_unlock(&arena_lock);
   hk_stat_add(regions_unmapped, 1);
   atomic_fetch_sub_explicit(&hk_stats.regions_live, 1, memory_order_relaxed);
 }
 
-/* Bit i of the result: slabs i .. i+n-1 are all set in mask. */
-static uint32_t runs_of(uint32_t mask, unsigned n) {
-  uint32_t m = mask;
-  for (unsigned k = 1; k < n; k++) m &= mask >> k;
-  return m;
+/* Bit i of the result: slabs i .. i+n-1 are all set in mask. Doubling
+ * the run length each step (a run of 2L is two overlapping runs of L)
+ * takes 5 steps for 17 slabs instead of 16: the search calls this for
+ * every region it visits. */
+static hk_slabmask runs_of(hk_slabmask mask, unsigned n) {
+  unsigned len = 1;
+  for (; len * 2 <= n; len *= 2) mask &= mask >> len;
+  if (len < n) mask &= mask >> (n - len);
+  return mask;
 }
 
-static void purge_runs(const hk_region *r, uint32_t mask) {
+static void purge_runs(const hk_region *r, hk_slabmask mask) {
   while (mask) {
-    unsigned i = (unsigned)__builtin_ctz(mask);
+    unsigned i = (unsigned)__builtin_ctzll(mask);
     unsigned n = 0;
     while (i + n < HK_SLABS && (mask >> (i + n)) & 1) n++;
     hk_os_purge((char *)r + (size_t)i * HK_SLAB_SIZE, (size_t)n * HK_SLAB_SIZE);
     hk_stat_add(slabs_purged, n);
     hk_stat_add(purge_calls, 1);
-    mask &= ~(((n == 32) ? ~0u : ((1u << n) - 1)) << i);
+    mask &= ~slab_bits(i, n);
   }
 }
 
-/* Give back all of r's committed free slabs. Caller holds hk_region_lock. */
+/* Give back all of r's committed free slabs. Caller holds its list's lock. */
 static void purge_dirty(hk_region_info *r) {
   purge_runs(r->r, r->dirty_mask);
   r->dirty_mask = 0;
   r->purge_at_ms = 0;
 }
 
-/* Caller holds hk_region_lock. */
-static bool purge_locked(uint64_t now, bool force) {
+/* Caller holds l->lock. */
+static bool purge_locked(region_list *l, uint64_t now, bool force) {
   bool released = false;
   long empty_kept = 0;
   hk_region_info *next;
-  for (hk_region_info *r = regions; r != NULL && r->free_mask != 0; r = next) {
+  for (hk_region_info *r = l->first; r != NULL && r->free_mask != 0; r = next) {
     next = r->next;
     if (r->dirty_mask && (force || now >= r->purge_at_ms)) {
       purge_dirty(r);
@@ -263,19 +334,17 @@ static bool purge_locked(uint64_t now, bool force) {
       }
     }
   }
-  next_purge_ms = now + (uint64_t)(hk_opt.purge_delay_ms / 2 + 1);
+  l->next_purge_ms = now + (uint64_t)(hk_opt.purge_delay_ms / 2 + 1);
   return released;
 }
 
-static void maybe_purge_locked(void) {
-  uint64_t now = hk_os_now_ms();
-  if (now >= next_purge_ms) purge_locked(now, false);
-}
-
 bool hk_region_purge(bool force) {
-  pthread_mutex_lock(&hk_region_lock);
-  bool released = purge_locked(hk_os_now_ms(), force);
-  pthread_mutex_unlock(&hk_region_lock);
+  bool released = false;
+  for (unsigned k = 0; k < HK_REGION_LISTS; k++) {
+    pthread_mutex_lock(&lists[k].lock);
+    released |= purge_locked(&lists[k], hk_os_now_ms(), force);
+    pthread_mutex_unlock(&lists[k].lock);
+  }
   return released;
 }
 
@@ -283,129 +352,148 @@ bool hk_region_purge(bool force) {
  * A free slab stays committed for the purge delay, so that a program that
  * frees and allocates again takes it back without page faults. But while
  * the program grows, the committed free slabs that its new spans pass over
- * only add to its RSS until their delay is up. So when a span takes clean
- * slabs (never used, or purged: no committed run suited it) and the slabs
- * in live spans have grown by a quarter, and by HK_GROWTH_PURGE_SLABS, since
- * their lowest point after the last such purge, the committed free slabs of
- * the other regions are purged at once, and hk_growth_epoch tells every
- * heap to give back the inside of its free medium blocks (heap.c).
+ * only add to its RSS until their delay is up. So when the spans of a list
+ * have taken never used slabs (fresh: the list's footprint grew) amounting
+ * to a quarter of its live spans, and to HK_GROWTH_PURGE_SLABS, since the
+ * last such purge, the committed free slabs of the list's other regions are
+ * purged at once, and hk_growth_epoch tells every heap to give back the
+ * inside of its free medium blocks (heap.c).
  *
- * Growth is net: a program whose live spans stay level does not trigger
- * it, however many clean slabs its span search takes. Counting the clean
- * slabs taken instead (every 1 MiB of them, as until 2026-11-25) fired in
- * steady state, where the free runs had the wrong lengths for the next
- * spans: each purge made more slabs clean, whose reuse counted again, and
- * every purge cost page faults and, with two threads, TLB shootdowns
- * (mid_large_mt with 1024 slots: 0.63x tcmalloc's speed, 0.82x with net
- * growth; 4 threads x 512 slots 0.56x -> 0.89x; peak RSS +24 % and +14 %,
- * still below tcmalloc's; 2026-11-25). The fraction matters: a fixed step
- * of 1 MiB fired on the ups and downs of a steady state (1024 slots:
- * 0.39x); a sixteenth: 0.80x base; an eighth: 1.23x base; a quarter: 1.37x
- * base and realloc_growth's peak RSS 16.4 -> 15.6 MiB (5-run A/Bs). So
- * does the floor: with a few live blocks of 64 KiB-1 MiB, a quarter of the
- * live spans is one block, and a floor of 1 MiB purged on nearly every
- * malloc after a free (8 live blocks of 256 KiB-1 MiB: 184k slabs purged
- * in 200k operations); 4 MiB: 32 live blocks of 64-256 KiB 2.4 -> 5.1
- * Mops/s, realloc_growth's peak 15.6 -> 16.1 MiB; 8 MiB: 9.2 Mops/s but
- * realloc_growth 26.5 MiB. A block growing in place does not count either (counting it purged the
- * other growing buffers' room: realloc_growth 0.56x), and the taking region
- * is spared. */
+ * Only fresh slabs count. A program replacing blocks of random sizes in a
+ * steady state takes clean slabs too, where the free runs have the wrong
+ * lengths for the next spans, and each purge makes more slabs clean; but
+ * its footprint levels off, and then it takes no fresh ones. The rules
+ * before counted clean slabs taken (every 1 MiB until 2026-11-25), then the
+ * net growth of the live spans above their lowest point since the last
+ * purge (a quarter): with 64 live blocks of 64 KiB-1 MiB a thread
+ * (big_mixed) the live spans swing by a quarter as a random walk does, and
+ * every swing purged what the next spans would have reused: 128k page
+ * faults in 400k operations, against 22k by fresh slabs (mimalloc 18k,
+ * jemalloc 16k). A block growing in place does not count (counting it
+ * purged the other growing buffers' room: realloc_growth 0.56x), and the
+ * taking region is spared. The floor: with a few live blocks of 64 KiB-1
+ * MiB a quarter of the live spans is one block (1 MiB: a purge on nearly
+ * every malloc after a free; 8 MiB: realloc_growth's peak 26.5 MiB). */
 #define HK_GROWTH_PURGE_SLABS 64 /* 4 MiB */
-static uint32_t slabs_used; /* in live spans */
-static uint32_t growth_low; /* lowest slabs_used since the last growth purge */
 _Atomic uint32_t hk_growth_epoch;
 
-static bool span_taken(const hk_region_info *taker, unsigned n, unsigned clean) {
-  slabs_used += n;
-  uint32_t step = growth_low / 4 > HK_GROWTH_PURGE_SLABS ? growth_low / 4 : HK_GROWTH_PURGE_SLABS;
-  if (clean == 0 || slabs_used < growth_low + step) return false;
-  growth_low = slabs_used;
+static bool span_taken(region_list *l, const hk_region_info *taker, unsigned n, unsigned fresh) {
+  l->slabs_used += n;
+  l->fresh_taken += fresh;
+  uint32_t step = l->slabs_used / 4 > HK_GROWTH_PURGE_SLABS ? l->slabs_used / 4 : HK_GROWTH_PURGE_SLABS;
+  if (fresh == 0 || l->fresh_taken < step) return false;
+  l->fresh_taken = 0;
   atomic_fetch_add_explicit(&hk_growth_epoch, 1, memory_order_relaxed);
-  for (hk_region_info *r = regions; r != NULL && r->free_mask != 0; r = r->next) {
+  for (hk_region_info *r = l->first; r != NULL && r->free_mask != 0; r = r->next) {
     if (r->dirty_mask != 0 && r != taker) purge_dirty(r);
   }
   return true;
 }
 
-static void span_given_back(unsigned n) {
-  slabs_used -= n;
-  if (slabs_used < growth_low) growth_low = slabs_used;
-}
+/* ---- the span search ----
+ * Prefer, in order: a committed run this class used last (see below),
+ * committed slabs in a region in use, clean slabs in a region in use, then
+ * empty regions (so those can be given back). Without a same-class run the
+ * search visits every region of the list with free slabs. With room, above
+ * all that: a run followed by `room` more free slabs, for a block that may
+ * grow in place (hk_region_grow_span). */
+enum { SCORE_SAME = 4, SCORE_COMMITTED = 3, SCORE_ROOMY = 8, SCORE_ROOMY_ALL_COMMITTED = 10 };
 
-hk_page *hk_region_alloc_span(unsigned n, unsigned cls, uint32_t *dirty, unsigned room) {
-  pthread_mutex_lock(&hk_region_lock);
-  maybe_purge_locked();
-  /* Prefer, in order: a committed run this class used last (see below),
-   * committed slabs in a region in use, clean slabs in a region in use,
-   * then empty regions (so those can be given back). Without a same-class
-   * run the search visits every region with free slabs. With room, above
-   * all that: a run followed by `room` more free slabs, for a block that
-   * may grow in place (hk_region_grow_span). */
-  hk_region_info *best = NULL;
-  uint32_t best_runs = 0;
-  int best_score = -1, enough = room ? 10 : 4;
-  for (hk_region_info *r = regions; r != NULL && r->free_mask != 0 && best_score < enough; r = r->next) {
-    uint32_t runs = runs_of(r->free_mask, n);
+typedef struct span_pick {
+  hk_region_info *r;
+  hk_slabmask runs; /* where the span may start */
+  int score;
+  bool committed;   /* the run's slabs may hold committed pages */
+} span_pick;
+
+static span_pick search(const region_list *l, unsigned n, unsigned cls, unsigned room) {
+  span_pick best = {NULL, 0, -1, false};
+  int enough = room ? SCORE_ROOMY_ALL_COMMITTED : SCORE_SAME;
+  for (hk_region_info *r = l->first; r != NULL && r->free_mask != 0 && best.score < enough; r = r->next) {
+    hk_slabmask runs = runs_of(r->free_mask, n);
     if (!runs) continue;
-    uint32_t dirty_runs = runs_of(r->free_mask & r->dirty_mask, n);
-    uint32_t roomy = room ? runs & runs_of(r->free_mask, n + room) : 0;
+    hk_slabmask dirty_runs = (r->free_mask & r->dirty_mask) ? runs_of(r->free_mask & r->dirty_mask, n) : 0;
+    hk_slabmask roomy = room ? runs & runs_of(r->free_mask, n + room) : 0;
     if (roomy) {
       /* best: the room committed too, so growing reuses memory */
-      uint32_t all_dirty = runs_of(r->free_mask & r->dirty_mask, n + room);
-      uint32_t pick = all_dirty ? all_dirty : (roomy & dirty_runs) ? roomy & dirty_runs : roomy;
-      int score = all_dirty ? 10 : 8 + ((roomy & dirty_runs) != 0);
-      if (score > best_score) {
-        best = r;
-        best_score = score;
-        best_runs = pick;
-      }
+      hk_slabmask all_dirty = dirty_runs ? runs_of(r->free_mask & r->dirty_mask, n + room) : 0;
+      hk_slabmask pick = all_dirty ? all_dirty : (roomy & dirty_runs) ? roomy & dirty_runs : roomy;
+      int score = all_dirty ? SCORE_ROOMY_ALL_COMMITTED : SCORE_ROOMY + ((roomy & dirty_runs) != 0);
+      if (score > best.score) best = (span_pick){r, pick, score, (pick & dirty_runs) != 0};
       continue;
     }
-    /* Best of all: a committed run that a page of this very class used
+    /* Best of all: a committed run where a page of this very class started
      * last. Its committed memory is where the new page will carve (blocks
      * at the same offsets), so a slab recycled between threads of a
      * program does not end up committed all over for a few blocks. */
-    uint32_t same = 0;
-    for (uint32_t m = dirty_runs; m != 0; m &= m - 1)
-      if (r->last_cls[__builtin_ctz(m)] == cls + 1) same |= m & -m;
-    int score = same ? 4 : (r->free_mask != ALL_SLABS ? 2 : 0) + (dirty_runs ? 1 : 0);
-    if (score > best_score) {
-      best = r;
-      best_score = score;
-      best_runs = same ? same : dirty_runs ? dirty_runs : runs;
-    }
+    hk_slabmask same = 0;
+    for (hk_slabmask m = dirty_runs & r->heads; m != 0; m &= m - 1)
+      if (r->last_cls[__builtin_ctzll(m)] == cls + 1) same |= m & -m;
+    int score = same ? SCORE_SAME : (r->free_mask != ALL_SLABS ? 2 : 0) + (dirty_runs ? 1 : 0);
+    if (score > best.score) best = (span_pick){r, same ? same : dirty_runs ? dirty_runs : runs, score, dirty_runs != 0};
   }
-  if (best == NULL) {
-    best = region_new();
-    if (best == NULL) {
-      purge_locked(hk_os_now_ms(), true);
-      best = region_new();
-    }
-    if (best == NULL) {
-      pthread_mutex_unlock(&hk_region_lock);
-      return NULL;
-    }
-    best_runs = runs_of(best->free_mask, n);
-  }
-  unsigned i = (unsigned)__builtin_ctz(best_runs);
-  uint32_t run = (n == 32 ? ~0u : ((1u << n) - 1)) << i;
+  return best;
+}
+
+/* Take the span the pick found. Caller holds its list's lock. */
+static hk_page *take_span(region_list *l, span_pick pick, unsigned n, hk_slabmask *dirty, bool *grew) {
+  hk_region_info *best = pick.r;
+  unsigned i = (unsigned)__builtin_ctzll(pick.runs);
+  hk_slabmask run = slab_bits(i, n);
   *dirty = (best->dirty_mask & run) >> i;
   best->free_mask &= ~run;
   best->dirty_mask &= ~run;
+  best->heads &= ~run;
   if (best->dirty_mask == 0) best->purge_at_ms = 0;
-  bool grew = span_taken(best, n, n - (unsigned)__builtin_popcount(*dirty));
+  *grew = span_taken(l, best, n, (unsigned)__builtin_popcountll(best->fresh & run));
+  best->fresh &= ~run;
   best->empty_since_ms = 0;
-  if (best->free_mask == 0 && best != regions_tail) { /* full: out of the search's way */
-    list_unlink(best);
-    list_push_back(best);
-  }
+  list_if_full(best);
   hk_page *page = &best->r->pages[i];
+  hk_stat_peak(&hk_stats.slabs_peak, hk_stat_add(slabs_in_use, n) + n);
+  return page;
+}
+
+hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsigned room, unsigned home) {
+  region_list *l = &lists[home % HK_REGION_LISTS];
+  pthread_mutex_lock(&l->lock);
+  uint64_t now = hk_os_now_ms();
+  if (now >= l->next_purge_ms) purge_locked(l, now, false);
+  span_pick pick = search(l, n, cls, room);
+  hk_page *page = NULL;
+  bool grew = false;
+  if (!pick.committed) {
+    /* another list's committed run before clean memory here (try only:
+     * a list whose lock is taken is busy serving its own heaps) */
+    for (unsigned k = 1; k < HK_REGION_LISTS && page == NULL; k++) {
+      region_list *o = &lists[(home + k) % HK_REGION_LISTS];
+      if (o->first == NULL || pthread_mutex_trylock(&o->lock) != 0) continue;
+      span_pick p = search(o, n, cls, room);
+      if (p.committed) page = take_span(o, p, n, dirty, &grew);
+      pthread_mutex_unlock(&o->lock);
+    }
+  }
+  if (page == NULL) {
+    if (pick.r == NULL) {
+      pick.r = region_new(l);
+      if (pick.r == NULL) {
+        purge_locked(l, hk_os_now_ms(), true);
+        pick.r = region_new(l);
+      }
+      if (pick.r == NULL) {
+        pthread_mutex_unlock(&l->lock);
+        return NULL;
+      }
+      pick.runs = runs_of(pick.r->free_mask, n);
+    }
+    page = take_span(l, pick, n, dirty, &grew);
+  }
+  pthread_mutex_unlock(&l->lock);
+  /* The span's page records are the caller's now: set up outside the lock. */
   memset(page, 0, n * sizeof(hk_page));
   page->nslabs = (uint8_t)n;
   for (unsigned k = 1; k < n; k++) page[k].back = (uint16_t)(k * sizeof(hk_page));
-  table_set(best->r, i, n, page);
-  hk_stat_peak(&hk_stats.slabs_peak, hk_stat_add(slabs_in_use, n) + n);
-  pthread_mutex_unlock(&hk_region_lock);
+  table_set(hk_region_of(page), (unsigned)(page - hk_region_of(page)->pages), n, page);
   if (grew) hk_spares_trim(); /* the heaps' spares beyond HK_SPARE_BYTES too */
   return page;
 }
@@ -414,24 +502,23 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, uint32_t *dirty, unsigne
 static void free_span(hk_page *page, bool committed) {
   hk_region *reg = hk_region_of(page);
   hk_region_info *r = reg->info;
+  region_list *l = r->list;
   unsigned i = (unsigned)(page - reg->pages), n = page->nslabs;
-  uint32_t run = (n == 32 ? ~0u : ((1u << n) - 1)) << i;
+  hk_slabmask run = slab_bits(i, n);
   uint8_t last = (uint8_t)(page->cls + 1);
-  pthread_mutex_lock(&hk_region_lock);
-  memset(page, 0, n * sizeof(hk_page));
+  memset(page, 0, n * sizeof(hk_page)); /* still the caller's until the mask says free */
+  pthread_mutex_lock(&l->lock);
   memset(&r->last_cls[i], last, n);
-  if (r->free_mask == 0 && r != regions) { /* has free slabs again: back to the front */
-    list_unlink(r);
-    list_push_front(r);
-  }
+  r->heads |= (hk_slabmask)1 << i;
+  list_has_room(r);
   r->free_mask |= run;
   uint64_t now = hk_os_now_ms();
   if (committed) mark_dirty(r, run, now);
   if (r->free_mask == ALL_SLABS) r->empty_since_ms = now;
-  span_given_back(n);
+  l->slabs_used -= n;
   atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, n, memory_order_relaxed);
-  if (now >= next_purge_ms) purge_locked(now, false);
-  pthread_mutex_unlock(&hk_region_lock);
+  if (now >= l->next_purge_ms) purge_locked(l, now, false);
+  pthread_mutex_unlock(&l->lock);
   hk_purge_poke = true; /* the caller wakes the purger once its state is consistent */
 }
 
@@ -439,81 +526,91 @@ void hk_region_free_span(hk_page *page) { free_span(page, true); }
 void hk_region_free_span_purged(hk_page *page) { free_span(page, false); }
 
 /* Resizing a span in place (a block alone in its span, see hk_realloc). */
-static uint32_t slab_bits(unsigned first, unsigned n) { return (n >= 32 ? ~0u : ((1u << n) - 1)) << first; }
-
 bool hk_region_grow_span(hk_page *page, unsigned n) {
   hk_region *reg = hk_region_of(page);
   hk_region_info *r = reg->info;
+  region_list *l = r->list;
   unsigned i = (unsigned)(page - reg->pages), old = page->nslabs;
   if (n <= old || i + n > HK_SLABS) return false;
-  uint32_t add = slab_bits(i + old, n - old);
-  pthread_mutex_lock(&hk_region_lock);
+  hk_slabmask add = slab_bits(i + old, n - old);
+  pthread_mutex_lock(&l->lock);
   if ((r->free_mask & add) != add) {
-    pthread_mutex_unlock(&hk_region_lock);
+    pthread_mutex_unlock(&l->lock);
     return false;
   }
   r->free_mask &= ~add;
   r->dirty_mask &= ~add;
+  r->heads &= ~add;
+  r->fresh &= ~add; /* growth in place is not growth here (see above) */
   if (r->dirty_mask == 0) r->purge_at_ms = 0;
-  if (r->free_mask == 0 && r != regions_tail) {
-    list_unlink(r);
-    list_push_back(r);
-  }
+  list_if_full(r);
+  l->slabs_used += n - old;
+  pthread_mutex_unlock(&l->lock);
   memset(page + old, 0, (n - old) * sizeof(hk_page));
   for (unsigned k = old; k < n; k++) page[k].back = (uint16_t)(k * sizeof(hk_page));
   table_set(reg, i + old, n - old, page);
   page->nslabs = (uint8_t)n;
-  slabs_used += n - old;
-  growth_low += n - old; /* growth in place is not growth here (see above) */
   hk_stat_peak(&hk_stats.slabs_peak, hk_stat_add(slabs_in_use, n - old) + (n - old));
-  pthread_mutex_unlock(&hk_region_lock);
   return true;
 }
 
 void hk_region_shrink_span(hk_page *page, unsigned n) {
   hk_region *reg = hk_region_of(page);
   hk_region_info *r = reg->info;
+  region_list *l = r->list;
   unsigned i = (unsigned)(page - reg->pages), old = page->nslabs;
   if (n == 0 || n >= old) return;
-  uint32_t tail = slab_bits(i + n, old - n);
+  hk_slabmask tail = slab_bits(i + n, old - n);
   uint8_t last = (uint8_t)(page->cls + 1);
-  pthread_mutex_lock(&hk_region_lock);
   memset(page + n, 0, (old - n) * sizeof(hk_page));
-  memset(&r->last_cls[i + n], last, old - n);
   page->nslabs = (uint8_t)n;
-  if (r->free_mask == 0 && r != regions) {
-    list_unlink(r);
-    list_push_front(r);
-  }
+  pthread_mutex_lock(&l->lock);
+  memset(&r->last_cls[i + n], last, old - n);
+  r->heads |= (hk_slabmask)1 << (i + n);
+  list_has_room(r);
   r->free_mask |= tail;
   mark_dirty(r, tail, hk_os_now_ms());
-  span_given_back(old - n);
+  l->slabs_used -= old - n;
   atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, old - n, memory_order_relaxed);
-  pthread_mutex_unlock(&hk_region_lock);
+  pthread_mutex_unlock(&l->lock);
   hk_purge_poke = true;
 }
 
 bool hk_region_pending(void) {
   bool any = false;
-  long empty = 0;
-  pthread_mutex_lock(&hk_region_lock);
-  for (hk_region_info *r = regions; r != NULL && r->free_mask != 0 && !any; r = r->next) {
-    if (r->dirty_mask) any = true;
-    if (r->free_mask == ALL_SLABS && ++empty > hk_opt.region_reserve) any = true;
+  for (unsigned k = 0; k < HK_REGION_LISTS && !any; k++) {
+    long empty = 0;
+    pthread_mutex_lock(&lists[k].lock);
+    for (hk_region_info *r = lists[k].first; r != NULL && r->free_mask != 0 && !any; r = r->next) {
+      if (r->dirty_mask) any = true;
+      if (r->free_mask == ALL_SLABS && ++empty > hk_opt.region_reserve) any = true;
+    }
+    pthread_mutex_unlock(&lists[k].lock);
   }
-  pthread_mutex_unlock(&hk_region_lock);
   return any;
 }
 
 /* Bytes mapped for small regions and bytes in live pages (for mallinfo2). */
 void hk_region_usage(size_t *mapped, size_t *in_use) {
-  pthread_mutex_lock(&hk_region_lock);
   size_t m = 0, u = 0;
-  for (hk_region_info *r = regions; r != NULL; r = r->next) {
-    m += HK_REGION_SIZE;
-    u += (size_t)(__builtin_popcount(ALL_SLABS) - __builtin_popcount(r->free_mask)) * HK_SLAB_SIZE;
+  for (unsigned k = 0; k < HK_REGION_LISTS; k++) {
+    pthread_mutex_lock(&lists[k].lock);
+    for (hk_region_info *r = lists[k].first; r != NULL; r = r->next) {
+      m += HK_REGION_SIZE;
+      u += (size_t)(__builtin_popcountll(ALL_SLABS) - __builtin_popcountll(r->free_mask)) * HK_SLAB_SIZE;
+    }
+    pthread_mutex_unlock(&lists[k].lock);
   }
-  pthread_mutex_unlock(&hk_region_lock);
   *mapped = m;
   *in_use = u;
+}
+
+/* fork: every list, then the arena (the order everywhere else too). */
+void hk_region_fork_lock(void) {
+  for (unsigned k = 0; k < HK_REGION_LISTS; k++) pthread_mutex_lock(&lists[k].lock);
+  pthread_mutex_lock(&arena_lock);
+}
+void hk_region_fork_unlock(void) {
+  pthread_mutex_unlock(&arena_lock);
+  for (unsigned k = HK_REGION_LISTS; k-- > 0;) pthread_mutex_unlock(&lists[k].lock);
 }

@@ -1216,13 +1216,14 @@ static void test_size_class_bounds(void) {
       API(free)(p);
     }
   }
-  /* large blocks: usable is not wildly bigger than requested */
+  /* large blocks: usable is not wildly bigger than requested (a cached
+   * mapping of up to twice the size may serve a request) */
   size_t large[] = {MiB + 1, 2 * MiB - 1, 2 * MiB + 1, 5 * MiB + 3, 33 * MiB};
   for (size_t i = 0; i < sizeof large / sizeof large[0]; i++) {
     void *p = API(malloc)(large[i]);
     CHECK(p != NULL, "malloc(%zu) failed", large[i]);
     size_t u = usable_of(p);
-    CHECK(u >= large[i] && u <= large[i] + 2 * MiB, "malloc(%zu): usable size %zu", large[i], u);
+    CHECK(u >= large[i] && u <= 2 * large[i] + 64 * KiB, "malloc(%zu): usable size %zu", large[i], u);
     API(free)(p);
   }
 }
