@@ -118,7 +118,8 @@ static _Atomic uint64_t spares_total; /* spare_bytes of all heaps, for the purge
 static void retire_page(hk_heap *h, hk_page *page) {
   unhold(h, page);
   uint32_t bytes = span_bytes(page);
-  uint32_t limit = h->moving ? HK_SPARE_BYTES : HK_SPARE_MAX;
+  uint32_t limit = h->moving ? 0 : HK_SPARE_MAX;
+  if (page->block_size >= HK_SLAB_SIZE) limit = 0; /* see above */
   pthread_mutex_lock(&h->spare_lock);
   if (h->spare_bytes + bytes <= limit) {
     page->next = h->spare[page->nslabs];
@@ -196,6 +197,7 @@ static void release_spares(hk_heap *h) {
 }
 
 static hk_heap *all_heaps; /* hk_heap_lock */
+static uint32_t heaps_carved; /* hk_heap_lock */
 
 bool hk_spares_pending(void) { return atomic_load_explicit(&spares_total, memory_order_relaxed) != 0; }
 
@@ -280,6 +282,7 @@ static hk_heap *heap_new(void) {
       h->spare_bytes = 0;
       h->all_next = all_heaps;
       all_heaps = h;
+      h->region_list = heaps_carved++ % HK_REGION_LISTS;
     }
   }
   pthread_mutex_unlock(&hk_heap_lock);
@@ -306,7 +309,6 @@ static hk_heap *heap_new(void) {
   h->pool_next = NULL;
   memset(&h->stats, 0, sizeof h->stats);
   uint32_t owner = (uint32_t)hk_stat_add(heaps_created, 1) + 1; /* this ownership's own number */
-  h->region_list = (uint8_t)(owner % HK_REGION_LISTS);
   atomic_store_explicit(&h->tid, hk_os_tid(), memory_order_relaxed);
   atomic_store_explicit(&h->reap_checked_ms, 0, memory_order_relaxed);
   atomic_store_explicit(&h->live, owner ? owner : 1, memory_order_release); /* after tid: see hk_heap_reap */
@@ -721,14 +723,16 @@ static void purge_blocks(hk_heap *h, bool force) {
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
     if (hk_class_size[c] < HK_PURGE_BLOCK_MIN) continue;
     /* growth elsewhere: only classes that searched no page since the last
-     * pass (a class in use would fault its blocks straight back in) */
-    if (!timed && h->class_searched[c] == pass) continue;
+     * pass (a class in use would fault its blocks straight back in), and
+     * only blocks smaller than a slab (pages of several blocks) */
+    if (!timed && (h->class_searched[c] == pass || hk_class_size[c] >= HK_SLAB_SIZE)) continue;
     for (hk_page *p = h->queues[c].first; p != NULL; p = p->next) {
       trim_tail(p);
       if (!hk_secure_zero) purge_free_blocks(p);
     }
   }
-  for (hk_page *p = h->full; p != NULL; p = p->next) trim_tail(p); /* a page of one block is full */
+  if (timed)
+    for (hk_page *p = h->full; p != NULL; p = p->next) trim_tail(p); /* a page of one block is full */
 }
 
 /* ---- the malloc slow path ---- */

@@ -44,9 +44,7 @@
 #define HK_HOT __attribute__((aligned(64)))
 
 /* ---- geometry ---- */
-#ifndef HK_REGION_SHIFT
 #define HK_REGION_SHIFT 22
-#endif
 #define HK_REGION_SIZE ((uintptr_t)1 << HK_REGION_SHIFT)
 #define HK_REGION_MASK (HK_REGION_SIZE - 1)
 #define HK_SLAB_SHIFT 16
@@ -57,10 +55,8 @@ typedef uint64_t hk_slabmask;            /* one bit per slab of a region */
 #define HK_MAX_SPAN_SLABS 16             /* largest page: 1 MiB */
 #define HK_OS_PAGE 4096
 #define HK_LARGE_HEADER 4096             /* bytes before a large block's data */
-#ifndef HK_SPARE_MAX
 #define HK_SPARE_BYTES ((uint32_t)2 << 20) /* empty spans a heap keeps for reuse (realloc's: see heap.c) */
 #define HK_SPARE_MAX ((uint32_t)16 << 20)  /* ... all told, for a purge delay at most */
-#endif
 #define HK_HELD_BYTES ((uint32_t)2 << 20)  /* emptied pages a heap keeps in their class queues (carved bytes) */
 
 /* Address space covered by the ownership bitmap (48-bit user space). */
@@ -361,7 +357,6 @@ typedef struct hk_heap {
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:
                                      its carved bytes then (0: not so), heap.c */
   uint8_t moving;                 /* realloc is freeing the block it moved (heap.c) */
-  uint8_t region_list;            /* the region list its spans come from first (region.c) */
   void *grown[HK_GROWN_RING];     /* blocks this thread's realloc grew last (alloc.c) */
   uint32_t grown_next;
   uint64_t block_purge_ms;        /* next pass over free medium blocks (purge_free_blocks) */
@@ -385,6 +380,9 @@ typedef struct hk_heap {
   uint32_t spare_bytes;           /* spare_lock */
   pthread_mutex_t spare_lock;
   struct hk_heap *all_next;       /* every heap ever made (heap.c: the purger's walk) */
+  uint32_t region_list;           /* the region list its spans come from first (region.c): fixed
+                                     for the heap's memory, so a thread that takes over an exited
+                                     thread's heap finds the spans its classes used */
   /* the reaper's (heap.c, hk_heap_reap) */
   _Atomic uint32_t live;          /* a thread owns it: a number of its own for each owner, 0 when none */
   _Atomic int tid;                /* that thread's kernel id (0: never reaped: the shared late
@@ -461,7 +459,7 @@ size_t hk_fmt_dec(char *buf, uint64_t v);
 /* ---- stats.c ---- */
 typedef struct hk_stats {
   _Atomic uint64_t regions_mapped, regions_unmapped, regions_live, regions_peak;
-  _Atomic uint64_t slabs_in_use, slabs_peak, slabs_purged, purge_calls;
+  _Atomic uint64_t slabs_in_use, slabs_peak, slabs_purged, purge_calls, growth_purges;
   _Atomic uint64_t abandoned_released; /* empty pages of exited threads given back */
   _Atomic uint64_t abandoned_trimmed;  /* ... kept, their span's tail given back (heap.c, trim_kept) */
   _Atomic uint64_t spares_released;    /* spare spans unused for a purge delay, given back by the purger */

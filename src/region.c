@@ -158,6 +158,7 @@ typedef struct region_list {
   uint64_t next_purge_ms;
   uint32_t slabs_used;          /* in live spans of this list's regions */
   uint32_t fresh_taken;         /* never used slabs taken since the last growth purge */
+  uint32_t epoch_low;           /* lowest slabs_used since hk_growth_epoch last moved for it */
 } __attribute__((aligned(64))) region_list;
 
 #ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP /* glibc: spins a while before sleeping */
@@ -377,17 +378,24 @@ bool hk_region_purge(bool force) {
 #define HK_GROWTH_PURGE_SLABS 64 /* 4 MiB */
 _Atomic uint32_t hk_growth_epoch;
 
-static bool span_taken(region_list *l, const hk_region_info *taker, unsigned n, unsigned fresh) {
+enum { GREW_NOT, GREW_EPOCH, GREW_PURGED };
+static uint32_t growth_step(uint32_t slabs) { return slabs / 4 > HK_GROWTH_PURGE_SLABS ? slabs / 4 : HK_GROWTH_PURGE_SLABS; }
+
+static int span_taken(region_list *l, const hk_region_info *taker, unsigned n, unsigned clean, unsigned fresh) {
   l->slabs_used += n;
   l->fresh_taken += fresh;
-  uint32_t step = l->slabs_used / 4 > HK_GROWTH_PURGE_SLABS ? l->slabs_used / 4 : HK_GROWTH_PURGE_SLABS;
-  if (fresh == 0 || l->fresh_taken < step) return false;
-  l->fresh_taken = 0;
+  if (clean == 0) return GREW_NOT;
+  bool purge = l->fresh_taken >= growth_step(l->slabs_used);
+  if (!purge && l->slabs_used < l->epoch_low + growth_step(l->epoch_low)) return GREW_NOT;
+  l->epoch_low = l->slabs_used;
   atomic_fetch_add_explicit(&hk_growth_epoch, 1, memory_order_relaxed);
+  if (!purge) return GREW_EPOCH;
+  l->fresh_taken = 0;
+  hk_stat_add(growth_purges, 1);
   for (hk_region_info *r = l->first; r != NULL && r->free_mask != 0; r = r->next) {
     if (r->dirty_mask != 0 && r != taker) purge_dirty(r);
   }
-  return true;
+  return GREW_PURGED;
 }
 
 /* ---- the span search ----
@@ -397,7 +405,7 @@ static bool span_taken(region_list *l, const hk_region_info *taker, unsigned n, 
  * search visits every region of the list with free slabs. With room, above
  * all that: a run followed by `room` more free slabs, for a block that may
  * grow in place (hk_region_grow_span). */
-enum { SCORE_SAME = 4, SCORE_COMMITTED = 3, SCORE_ROOMY = 8, SCORE_ROOMY_ALL_COMMITTED = 10 };
+enum { SCORE_SAME = 6, SCORE_EXACT = 5, SCORE_ROOMY = 8, SCORE_ROOMY_ALL_COMMITTED = 10 };
 
 typedef struct span_pick {
   hk_region_info *r;
@@ -408,7 +416,7 @@ typedef struct span_pick {
 
 static span_pick search(const region_list *l, unsigned n, unsigned cls, unsigned room) {
   span_pick best = {NULL, 0, -1, false};
-  int enough = room ? SCORE_ROOMY_ALL_COMMITTED : SCORE_SAME;
+  int enough = room ? SCORE_ROOMY_ALL_COMMITTED : SCORE_EXACT;
   for (hk_region_info *r = l->first; r != NULL && r->free_mask != 0 && best.score < enough; r = r->next) {
     hk_slabmask runs = runs_of(r->free_mask, n);
     if (!runs) continue;
@@ -429,14 +437,19 @@ static span_pick search(const region_list *l, unsigned n, unsigned cls, unsigned
     hk_slabmask same = 0;
     for (hk_slabmask m = dirty_runs & r->heads; m != 0; m &= m - 1)
       if (r->last_cls[__builtin_ctzll(m)] == cls + 1) same |= m & -m;
-    int score = same ? SCORE_SAME : (r->free_mask != ALL_SLABS ? 2 : 0) + (dirty_runs ? 1 : 0);
-    if (score > best.score) best = (span_pick){r, same ? same : dirty_runs ? dirty_runs : runs, score, dirty_runs != 0};
+    /* Then a committed run that fills a free run exactly (it leaves no
+     * piece too short for the next span), then any committed run. */
+    hk_slabmask exact = dirty_runs & ~runs_of(r->free_mask, n + 1) & ~(r->free_mask << 1);
+    bool in_use = r->free_mask != ALL_SLABS;
+    int score = same ? SCORE_SAME : exact && in_use ? SCORE_EXACT : (in_use ? 3 : 0) + (dirty_runs ? 1 : 0);
+    hk_slabmask pick = same ? same : exact && in_use ? exact : dirty_runs ? dirty_runs : runs;
+    if (score > best.score) best = (span_pick){r, pick, score, dirty_runs != 0};
   }
   return best;
 }
 
 /* Take the span the pick found. Caller holds its list's lock. */
-static hk_page *take_span(region_list *l, span_pick pick, unsigned n, hk_slabmask *dirty, bool *grew) {
+static hk_page *take_span(region_list *l, span_pick pick, unsigned n, hk_slabmask *dirty, int *grew) {
   hk_region_info *best = pick.r;
   unsigned i = (unsigned)__builtin_ctzll(pick.runs);
   hk_slabmask run = slab_bits(i, n);
@@ -445,7 +458,7 @@ static hk_page *take_span(region_list *l, span_pick pick, unsigned n, hk_slabmas
   best->dirty_mask &= ~run;
   best->heads &= ~run;
   if (best->dirty_mask == 0) best->purge_at_ms = 0;
-  *grew = span_taken(l, best, n, (unsigned)__builtin_popcountll(best->fresh & run));
+  *grew = span_taken(l, best, n, n - (unsigned)__builtin_popcountll(*dirty), (unsigned)__builtin_popcountll(best->fresh & run));
   best->fresh &= ~run;
   best->empty_since_ms = 0;
   list_if_full(best);
@@ -461,7 +474,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
   if (now >= l->next_purge_ms) purge_locked(l, now, false);
   span_pick pick = search(l, n, cls, room);
   hk_page *page = NULL;
-  bool grew = false;
+  int grew = GREW_NOT;
   if (!pick.committed) {
     /* another list's committed run before clean memory here (try only:
      * a list whose lock is taken is busy serving its own heaps) */
@@ -494,7 +507,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
   page->nslabs = (uint8_t)n;
   for (unsigned k = 1; k < n; k++) page[k].back = (uint16_t)(k * sizeof(hk_page));
   table_set(hk_region_of(page), (unsigned)(page - hk_region_of(page)->pages), n, page);
-  if (grew) hk_spares_trim(); /* the heaps' spares beyond HK_SPARE_BYTES too */
+  if (grew == GREW_PURGED) hk_spares_trim(); /* the heaps' spares beyond HK_SPARE_BYTES too */
   return page;
 }
 
@@ -516,6 +529,7 @@ static void free_span(hk_page *page, bool committed) {
   if (committed) mark_dirty(r, run, now);
   if (r->free_mask == ALL_SLABS) r->empty_since_ms = now;
   l->slabs_used -= n;
+  if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
   atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, n, memory_order_relaxed);
   if (now >= l->next_purge_ms) purge_locked(l, now, false);
   pthread_mutex_unlock(&l->lock);
@@ -545,6 +559,7 @@ bool hk_region_grow_span(hk_page *page, unsigned n) {
   if (r->dirty_mask == 0) r->purge_at_ms = 0;
   list_if_full(r);
   l->slabs_used += n - old;
+  l->epoch_low += n - old;
   pthread_mutex_unlock(&l->lock);
   memset(page + old, 0, (n - old) * sizeof(hk_page));
   for (unsigned k = old; k < n; k++) page[k].back = (uint16_t)(k * sizeof(hk_page));
@@ -571,6 +586,7 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
   r->free_mask |= tail;
   mark_dirty(r, tail, hk_os_now_ms());
   l->slabs_used -= old - n;
+  if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
   atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, old - n, memory_order_relaxed);
   pthread_mutex_unlock(&l->lock);
   hk_purge_poke = true;

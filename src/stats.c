@@ -55,11 +55,12 @@ void hk_stats_print(void) {
   hk_os_write_stderr("hakmem: small/medium tier (size classes)\n", 41);
   line("regions mapped", LOAD(regions_mapped), NULL);
   line("regions unmapped", LOAD(regions_unmapped), NULL);
-  line("regions peak", LOAD(regions_peak), "x 2 MiB");
+  line("regions peak", LOAD(regions_peak), "x 4 MiB");
   line("slabs in use", LOAD(slabs_in_use), "x 64 KiB");
   line("slabs peak", LOAD(slabs_peak), "x 64 KiB");
   line("slabs purged", LOAD(slabs_purged), "x 64 KiB");
   line("purge calls (madvise)", LOAD(purge_calls), NULL);
+  line("growth purges", LOAD(growth_purges), NULL);
   line("free medium blocks purged (madvise)", LOAD(blocks_purged), NULL);
   line("bytes purged inside free medium blocks", LOAD(block_purge_bytes), "B");
   line("pages acquired (this+exited threads)", t.pages_acquired, NULL);
