@@ -480,7 +480,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
      * a list whose lock is taken is busy serving its own heaps) */
     for (unsigned k = 1; k < HK_REGION_LISTS && page == NULL; k++) {
       region_list *o = &lists[(home + k) % HK_REGION_LISTS];
-      if (o->first == NULL || pthread_mutex_trylock(&o->lock) != 0) continue;
+      if (pthread_mutex_trylock(&o->lock) != 0) continue;
       span_pick p = search(o, n, cls, room);
       if (p.committed) page = take_span(o, p, n, dirty, &grew);
       pthread_mutex_unlock(&o->lock);
