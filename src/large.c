@@ -1,4 +1,4 @@
-/* Large blocks (> 1 MiB, or alignment > 64 KiB): each is its own 2 MiB-
+/* Large blocks (> 1 MiB, or alignment > 64 KiB): each is its own 4 MiB-
  * aligned mapping with a 4 KiB header, so free() finds it by the same
  * mask-and-bitmap lookup as small blocks.
  *
@@ -58,8 +58,8 @@ static void cache_enforce_budget_locked(uint64_t now) {
   }
 }
 
-/* Blocks aligned to 2 MiB or more cannot keep their header in the 2 MiB
- * unit of their data (the data starts on such a boundary). Their header
+/* Blocks aligned to 4 MiB or more (the region size) cannot keep their
+ * header in the 4 MiB unit of their data (the data starts on such a boundary). Their header
  * stays at the mapping's start and is found through this list; only free()
  * of a pointer that the bitmap does not know looks here. */
 static hk_region *detached; /* hk_large_lock */
@@ -198,7 +198,7 @@ static hk_region *cache_take(size_t need, size_t off) {
   return r;
 }
 
-/* Where a block's data starts in its mapping. Every large mapping is 2 MiB
+/* Where a block's data starts in its mapping. Every large mapping is 4 MiB
  * aligned, so data at one fixed offset would put the same byte of every
  * block's every page in the same cache sets: a loop that writes each 4 KiB
  * page of a few 2 MiB blocks (fixed_2m) ran at 0.65x glibc, all L2 misses.

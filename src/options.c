@@ -25,7 +25,7 @@ static option_desc options[] = {
   {"PURGE_DELAY_MS", &hk_opt.purge_delay_ms, 100, 0, 1000000,
    "how long a free slab stays committed before it is returned with MADV_DONTNEED"},
   {"REGION_RESERVE", &hk_opt.region_reserve, 2, 0, 1024,
-   "empty 2 MiB regions kept mapped (purged) instead of unmapped"},
+   "empty 4 MiB regions kept mapped (purged) per region list instead of unmapped"},
   {"LARGE_CACHE_MB", &hk_opt.large_cache_mb, 64, 0, 1 << 20,
    "bytes of freed large blocks kept mapped for reuse"},
   {"LARGE_CACHE_ENTRIES", &hk_opt.large_cache_max, 16, 0, 64,

@@ -1,8 +1,9 @@
-/* Regions: 2 MiB-aligned mappings cut into 64 KiB slabs, committed from
- * the arena (a reservation of address space) whose page table free() reads. Any free span of
- * slabs in any region can become a page of any size class. This is the only
- * shared structure on the small-block path; it is taken once per page (tens
- * to thousands of blocks), never per block.
+/* Regions: 4 MiB-aligned mappings cut into 64 KiB slabs, committed from
+ * the arena (a reservation of address space) whose page table free() reads.
+ * Any free span of slabs in any region can become a page of any size class.
+ * This is the only shared structure on the small-block path, in
+ * HK_REGION_LISTS lists of a lock each; a list is taken once per page (tens
+ * to thousands of blocks, or one block of 64 KiB-1 MiB), never per block.
  *
  * Memory goes back to the OS after hk_opt.purge_delay_ms: free slabs are
  * purged with MADV_DONTNEED, and empty regions beyond hk_opt.region_reserve
@@ -109,12 +110,12 @@ static hk_slabmask slab_bits(unsigned first, unsigned n) {
   return (n >= 64 ? ~(hk_slabmask)0 : (((hk_slabmask)1 << n) - 1)) << first;
 }
 
-/* Slabs 1..31 serve pages. In hardened mode slab 31 is left out: its last
+/* Slabs 1..63 serve pages. In hardened mode slab 63 is left out: its last
  * 4 KiB is the guard page between this region and the next. */
 #define ALL_SLABS (hk_secure ? slab_bits(1, HK_SLABS - 2) : slab_bits(1, HK_SLABS - 1))
 
 /* What the span search reads of each small region, kept apart from the
- * region (hk_region.info) in one array: the headers all sit at 2 MiB
+ * region (hk_region.info) in one array: the headers all sit at 4 MiB
  * alignment, hence in one cache set, and a search that read each region's
  * header missed the cache on every region it visited (64 KiB-1 MiB blocks
  * of random sizes, two threads: 14 % of the time in the search loop, 44 %
