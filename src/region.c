@@ -354,40 +354,48 @@ bool hk_region_purge(bool force) {
  * A free slab stays committed for the purge delay, so that a program that
  * frees and allocates again takes it back without page faults. But while
  * the program grows, the committed free slabs that its new spans pass over
- * only add to its RSS until their delay is up. So when the spans of a list
- * have taken never used slabs (fresh: the list's footprint grew) amounting
- * to a quarter of its live spans, and to HK_GROWTH_PURGE_SLABS, since the
- * last such purge, the committed free slabs of the list's other regions are
- * purged at once, and hk_growth_epoch tells every heap to give back the
- * inside of its free medium blocks (heap.c).
+ * only add to its RSS until their delay is up. Two signals, per list, and
+ * only when a span takes clean slabs:
+ * - the list's footprint grew: its spans have taken never used ("fresh")
+ *   slabs amounting to an eighth of its live spans, and to
+ *   HK_GROWTH_PURGE_SLABS, since the last such purge. The committed free
+ *   slabs of the list's other regions are purged at once, the heaps'
+ *   spares beyond HK_SPARE_BYTES go back, and hk_growth_epoch moves;
+ * - its live spans grew by a quarter (and by HK_GROWTH_PURGE_SLABS) since
+ *   their lowest point after the last signal: hk_growth_epoch moves only,
+ *   which tells every heap to give back the inside of the free blocks of
+ *   its idle classes below a slab (heap.c; fragmentation needs it).
  *
- * Only fresh slabs count. A program replacing blocks of random sizes in a
+ * Only fresh slabs purge. A program replacing blocks of random sizes in a
  * steady state takes clean slabs too, where the free runs have the wrong
  * lengths for the next spans, and each purge makes more slabs clean; but
- * its footprint levels off, and then it takes no fresh ones. The rules
- * before counted clean slabs taken (every 1 MiB until 2026-11-25), then the
- * net growth of the live spans above their lowest point since the last
- * purge (a quarter): with 64 live blocks of 64 KiB-1 MiB a thread
- * (big_mixed) the live spans swing by a quarter as a random walk does, and
- * every swing purged what the next spans would have reused: 128k page
- * faults in 400k operations, against 22k by fresh slabs (mimalloc 18k,
- * jemalloc 16k). A block growing in place does not count (counting it
- * purged the other growing buffers' room: realloc_growth 0.56x), and the
- * taking region is spared. The floor: with a few live blocks of 64 KiB-1
- * MiB a quarter of the live spans is one block (1 MiB: a purge on nearly
- * every malloc after a free; 8 MiB: realloc_growth's peak 26.5 MiB). */
+ * its footprint levels off, and then it takes no fresh ones. Purging on
+ * net growth, as until 2026-11-25 (and on every 1 MiB of clean slabs taken
+ * before that), fired on the ups and downs of the live spans when a thread
+ * replaced a few dozen blocks of 64 KiB-1 MiB (big_mixed: 128k page faults
+ * in 400k operations, 19-22k since; mimalloc 18k, jemalloc 16k). An
+ * eighth rather than a quarter: fragmentation's peak RSS 273 -> 262 MiB,
+ * the rest unchanged (5-run A/Bs). A block growing in place does not count
+ * (counting it purged the other growing buffers' room: realloc_growth
+ * 0.56x), and the taking region is spared. The floor: with a few live
+ * blocks of 64 KiB-1 MiB a quarter of the live spans is one block (1 MiB:
+ * a purge on nearly every malloc after a free; 8 MiB: realloc_growth's
+ * peak 26.5 MiB). */
 #define HK_GROWTH_PURGE_SLABS 64 /* 4 MiB */
 _Atomic uint32_t hk_growth_epoch;
 
 enum { GREW_NOT, GREW_EPOCH, GREW_PURGED };
-static uint32_t growth_step(uint32_t slabs) { return slabs / 4 > HK_GROWTH_PURGE_SLABS ? slabs / 4 : HK_GROWTH_PURGE_SLABS; }
+/* slabs / div, and HK_GROWTH_PURGE_SLABS at least */
+static uint32_t growth_step(uint32_t slabs, uint32_t div) {
+  return slabs / div > HK_GROWTH_PURGE_SLABS ? slabs / div : HK_GROWTH_PURGE_SLABS;
+}
 
 static int span_taken(region_list *l, const hk_region_info *taker, unsigned n, unsigned clean, unsigned fresh) {
   l->slabs_used += n;
   l->fresh_taken += fresh;
   if (clean == 0) return GREW_NOT;
-  bool purge = l->fresh_taken >= growth_step(l->slabs_used);
-  if (!purge && l->slabs_used < l->epoch_low + growth_step(l->epoch_low)) return GREW_NOT;
+  bool purge = l->fresh_taken >= growth_step(l->slabs_used, 8);
+  if (!purge && l->slabs_used < l->epoch_low + growth_step(l->epoch_low, 4)) return GREW_NOT;
   l->epoch_low = l->slabs_used;
   atomic_fetch_add_explicit(&hk_growth_epoch, 1, memory_order_relaxed);
   if (!purge) return GREW_EPOCH;
