@@ -52,7 +52,8 @@ void hk_init(void) {
 __attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }
 
 /* Lock order: purger, late heap, heap pool, abandoned pages, large cache,
- * regions (after waiting for remote frees that are giving pages back). */
+ * the region lists in order, the arena (after waiting for remote frees that
+ * are giving pages back). */
 void hk_fork_prepare(void) {
   hk_reclaim_fork_prepare();
   hk_purger_fork_prepare();
