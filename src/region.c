@@ -110,6 +110,15 @@ static hk_slabmask slab_bits(unsigned first, unsigned n) {
   return (n >= 64 ? ~(hk_slabmask)0 : (((hk_slabmask)1 << n) - 1)) << first;
 }
 
+
+/* The length of the run of free slabs that slab i (free) is part of. */
+static unsigned run_around(hk_slabmask free, unsigned i) {
+  hk_slabmask used = ~free, below = used & (((hk_slabmask)1 << i) - 1), above = used >> i;
+  unsigned start = below ? 64u - (unsigned)__builtin_clzll(below) : 0;
+  unsigned end = above ? i + (unsigned)__builtin_ctzll(above) : 64;
+  return end - start;
+}
+
 /* Slabs 1..63 serve pages. In hardened mode slab 63 is left out: its last
  * 4 KiB is the guard page between this region and the next. */
 #define ALL_SLABS (hk_secure ? slab_bits(1, HK_SLABS - 2) : slab_bits(1, HK_SLABS - 1))
@@ -129,6 +138,9 @@ typedef struct hk_region_info {
   uint64_t purge_at_ms;      /* when dirty slabs may be given back (0: none) */
   uint64_t empty_since_ms;   /* all slabs free since (0: not empty) */
   hk_slabmask fresh;         /* bit i: slab i never used since the region was mapped */
+  unsigned max_run;          /* at least the longest run of free slabs: the search skips the
+                                region for longer spans (exact after a release, an upper bound
+                                after a take, lowered when a search finds no run) */
   hk_slabmask heads;         /* bit i: a page started at free slab i (its class: last_cls[i]) */
   uint8_t last_cls[HK_SLABS]; /* of each free slab: class + 1 of the page that used it last (0: none) */
 } hk_region_info;
@@ -261,6 +273,7 @@ static hk_region_info *region_new(region_list *l) {
   info->list = l;
   info->r = r;
   info->free_mask = ALL_SLABS;
+  info->max_run = run_around(ALL_SLABS, 1);
   info->fresh = ALL_SLABS;
   list_push_front(info);
   hk_region_register(r);
@@ -390,10 +403,10 @@ static uint32_t growth_step(uint32_t slabs, uint32_t div) {
   return slabs / div > HK_GROWTH_PURGE_SLABS ? slabs / div : HK_GROWTH_PURGE_SLABS;
 }
 
-static int span_taken(region_list *l, const hk_region_info *taker, unsigned n, unsigned clean, unsigned fresh) {
+static int span_taken(region_list *l, const hk_region_info *taker, unsigned n, bool clean, unsigned fresh) {
   l->slabs_used += n;
   l->fresh_taken += fresh;
-  if (clean == 0) return GREW_NOT;
+  if (!clean) return GREW_NOT;
   bool purge = l->fresh_taken >= growth_step(l->slabs_used, 8);
   if (!purge && l->slabs_used < l->epoch_low + growth_step(l->epoch_low, 4)) return GREW_NOT;
   l->epoch_low = l->slabs_used;
@@ -414,7 +427,10 @@ static int span_taken(region_list *l, const hk_region_info *taker, unsigned n, u
  * search visits every region of the list with free slabs. With room, above
  * all that: a run followed by `room` more free slabs, for a block that may
  * grow in place (hk_region_grow_span). */
-enum { SCORE_SAME = 6, SCORE_EXACT = 5, SCORE_ROOMY = 8, SCORE_ROOMY_ALL_COMMITTED = 10 };
+enum {
+  SCORE_EMPTY, SCORE_EMPTY_COMMITTED, SCORE_CLEAN = 3, SCORE_COMMITTED, SCORE_EXACT, SCORE_SAME, /* scores */
+  SCORE_ROOMY = 8, SCORE_ROOMY_ALL_COMMITTED = 10 /* with room */
+};
 
 typedef struct span_pick {
   hk_region_info *r;
@@ -423,20 +439,31 @@ typedef struct span_pick {
   bool committed;   /* the run's slabs may hold committed pages */
 } span_pick;
 
-static span_pick search(const region_list *l, unsigned n, unsigned cls, unsigned room) {
+static span_pick search(region_list *l, unsigned n, unsigned cls, unsigned room) {
   span_pick best = {NULL, 0, -1, false};
   int enough = room ? SCORE_ROOMY_ALL_COMMITTED : SCORE_EXACT;
   for (hk_region_info *r = l->first; r != NULL && r->free_mask != 0 && best.score < enough; r = r->next) {
-    hk_slabmask runs = runs_of(r->free_mask, n);
-    if (!runs) continue;
-    hk_slabmask dirty_runs = (r->free_mask & r->dirty_mask) ? runs_of(r->free_mask & r->dirty_mask, n) : 0;
-    hk_slabmask roomy = room ? runs & runs_of(r->free_mask, n + room) : 0;
-    if (roomy) {
-      /* best: the room committed too, so growing reuses memory */
-      hk_slabmask all_dirty = dirty_runs ? runs_of(r->free_mask & r->dirty_mask, n + room) : 0;
-      hk_slabmask pick = all_dirty ? all_dirty : (roomy & dirty_runs) ? roomy & dirty_runs : roomy;
-      int score = all_dirty ? SCORE_ROOMY_ALL_COMMITTED : SCORE_ROOMY + ((roomy & dirty_runs) != 0);
-      if (score > best.score) best = (span_pick){r, pick, score, (pick & dirty_runs) != 0};
+    if (r->max_run < n) continue;
+    hk_slabmask free = r->free_mask, dirty_free = free & r->dirty_mask;
+    hk_slabmask dirty_runs = dirty_free ? runs_of(dirty_free, n) : 0;
+    if (room) {
+      hk_slabmask roomy = runs_of(free, n + room);
+      if (roomy) {
+        /* best: the room committed too, so growing reuses memory */
+        hk_slabmask all_dirty = dirty_runs ? runs_of(dirty_free, n + room) : 0;
+        hk_slabmask pick = all_dirty ? all_dirty : (roomy & dirty_runs) ? roomy & dirty_runs : roomy;
+        int score = all_dirty ? SCORE_ROOMY_ALL_COMMITTED : SCORE_ROOMY + ((roomy & dirty_runs) != 0);
+        if (score > best.score) best = (span_pick){r, pick, score, (pick & dirty_runs) != 0};
+        continue;
+      }
+    }
+    bool in_use = free != ALL_SLABS;
+    if (!dirty_runs) { /* clean slabs only: the runs are looked for if they would do better */
+      int score = in_use ? SCORE_CLEAN : SCORE_EMPTY;
+      if (score <= best.score) continue;
+      hk_slabmask runs = runs_of(free, n);
+      if (runs) best = (span_pick){r, runs, score, false};
+      else r->max_run = n - 1;
       continue;
     }
     /* Best of all: a committed run where a page of this very class started
@@ -448,11 +475,9 @@ static span_pick search(const region_list *l, unsigned n, unsigned cls, unsigned
       if (r->last_cls[__builtin_ctzll(m)] == cls + 1) same |= m & -m;
     /* Then a committed run that fills a free run exactly (it leaves no
      * piece too short for the next span), then any committed run. */
-    hk_slabmask exact = dirty_runs & ~runs_of(r->free_mask, n + 1) & ~(r->free_mask << 1);
-    bool in_use = r->free_mask != ALL_SLABS;
-    int score = same ? SCORE_SAME : exact && in_use ? SCORE_EXACT : (in_use ? 3 : 0) + (dirty_runs ? 1 : 0);
-    hk_slabmask pick = same ? same : exact && in_use ? exact : dirty_runs ? dirty_runs : runs;
-    if (score > best.score) best = (span_pick){r, pick, score, dirty_runs != 0};
+    hk_slabmask exact = same || !in_use ? 0 : dirty_runs & ~runs_of(free, n + 1) & ~(free << 1);
+    int score = same ? SCORE_SAME : exact ? SCORE_EXACT : in_use ? SCORE_COMMITTED : SCORE_EMPTY_COMMITTED;
+    if (score > best.score) best = (span_pick){r, same ? same : exact ? exact : dirty_runs, score, true};
   }
   return best;
 }
@@ -477,7 +502,8 @@ static hk_page *take_span(region_list *l, span_pick pick, unsigned n, hk_slabmas
   best->dirty_mask &= ~run;
   best->heads &= ~run;
   if (best->dirty_mask == 0) best->purge_at_ms = 0;
-  *grew = span_taken(l, best, n, n - (unsigned)__builtin_popcountll(*dirty), (unsigned)__builtin_popcountll(best->fresh & run));
+  hk_slabmask fresh = best->fresh & run; /* (a popcount is a library call without -mpopcnt) */
+  *grew = span_taken(l, best, n, *dirty != slab_bits(0, n), fresh ? (unsigned)__builtin_popcountll(fresh) : 0);
   best->fresh &= ~run;
   best->empty_since_ms = 0;
   list_if_full(best);
@@ -538,12 +564,17 @@ static void free_span(hk_page *page, bool committed) {
   unsigned i = (unsigned)(page - reg->pages), n = page->nslabs;
   hk_slabmask run = slab_bits(i, n);
   uint8_t last = (uint8_t)(page->cls + 1);
-  memset(page, 0, n * sizeof(hk_page)); /* still the caller's until the mask says free */
+  /* The head's record reads "not a live page" from now on (area 0); the
+   * others keep their offsets to it, which lead stale pointers there, and
+   * are rewritten by the next span that takes their slabs. Still the
+   * caller's until the mask says free. */
+  memset(page, 0, sizeof(hk_page));
   pthread_mutex_lock(&l->lock);
   memset(&r->last_cls[i], last, n);
   r->heads |= (hk_slabmask)1 << i;
   list_has_room(r);
   r->free_mask |= run;
+  if (run_around(r->free_mask, i) > r->max_run) r->max_run = run_around(r->free_mask, i);
   uint64_t now = hk_os_now_ms();
   if (committed) mark_dirty(r, run, now);
   if (r->free_mask == ALL_SLABS) r->empty_since_ms = now;
@@ -603,6 +634,7 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
   r->heads |= (hk_slabmask)1 << (i + n);
   list_has_room(r);
   r->free_mask |= tail;
+  if (run_around(r->free_mask, i + n) > r->max_run) r->max_run = run_around(r->free_mask, i + n);
   mark_dirty(r, tail, hk_os_now_ms());
   l->slabs_used -= old - n;
   if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
