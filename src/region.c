@@ -6,7 +6,7 @@
  * to thousands of blocks, or one block of 64 KiB-1 MiB), never per block.
  *
  * Memory goes back to the OS after hk_opt.purge_delay_ms: free slabs are
- * purged with MADV_DONTNEED, and empty regions beyond hk_opt.region_reserve
+ * purged with MADV_DONTNEED, and empty regions beyond hk_opt.region_reserve (per list)
  * are unmapped. The delay keeps a program that frees and re-allocates in a
  * loop from paying a page fault per block. */
 #include "internal.h"
