@@ -113,7 +113,7 @@ static uint32_t span_bytes(const hk_page *page) { return (uint32_t)page->nslabs 
  * free slabs, they served only their exact length and split the free runs
  * that other spans and growing blocks could have used (big_mixed with 16
  * MiB of them a heap: 97 MiB peak RSS against 72; realloc_growth 24.2
- * MiB against 15.1; 2026-11-25). The purger gives back spares unused for a
+ * MiB against 15.1; 2026-11-26). The purger gives back spares unused for a
  * purge delay (hk_spares_expire) beyond HK_SPARE_BYTES; spare_lock is
  * between the owner's slow paths and the purger only. */
 static _Atomic uint64_t spares_total; /* spare_bytes of all heaps, for the purger's pending() (up to 16 MiB a heap:

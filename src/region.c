@@ -164,7 +164,7 @@ static hk_region_info *info_free;   /* given back, linked through next */
  * blocks of 64 KiB-1 MiB spent most of their time waiting for each other:
  * a page acquisition or release per malloc or free of such a block, each
  * with a search over some 30 regions under the lock (futex calls and
- * spinning 40-60 % of big_mixed's time, `perf record`, 2026-11-25). Taking
+ * spinning 40-60 % of big_mixed's time, `perf record`, 2026-11-26). Taking
  * another list's committed run before clean memory of its own keeps the
  * lists from growing apart, as separate heaps of regions would (a heap
  * leasing regions of its own: 78-92 MiB against 60-67 on big_mixed,
@@ -387,7 +387,7 @@ bool hk_region_purge(bool force) {
  * steady state takes clean slabs too, where the free runs have the wrong
  * lengths for the next spans, and each purge makes more slabs clean; but
  * its footprint levels off, and then it takes no fresh ones. Purging on
- * net growth, as until 2026-11-25 (and on every 1 MiB of clean slabs taken
+ * net growth, as until 2026-11-26 (and on every 1 MiB of clean slabs taken
  * before that), fired on the ups and downs of the live spans when a thread
  * replaced a few dozen blocks of 64 KiB-1 MiB (big_mixed: 128k page faults
  * in 400k operations, 19-22k since; mimalloc 18k, jemalloc 16k). An
