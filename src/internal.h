@@ -122,7 +122,7 @@ HK_INLINE void hk_link_set(hk_block *b, const hk_block *next, uintptr_t key) {
   b->link = (uintptr_t)next ^ key;
 }
 
-/* A list ends at any address whose low 21 bits are zero: NULL, or the base
+/* A list ends at any address whose low 22 bits (HK_REGION_SHIFT) are zero: NULL, or the base
  * of the list's region (slab 0 never holds blocks). Lists end in their
  * region's base, so every free block's link decodes to an address in the
  * block's own 4 MiB region, which is what hk_looks_free tests. */
@@ -481,7 +481,7 @@ void hk_stat_peak(_Atomic uint64_t *peak, uint64_t v);
 void hk_stats_merge_heap(hk_heap *h);
 void hk_stats_print(void);
 
-/* ---- region.c: slab spans, shared by all threads (one lock, off the fast path) ---- */
+/* ---- region.c: slab spans, shared by all threads (a lock per region list, off the fast path) ---- */
 void hk_region_fork_lock(void);   /* every region lock, in order */
 void hk_region_fork_unlock(void);
 /* NULL on OOM; dirty: bit k set if the span's slab k may hold committed

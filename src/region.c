@@ -110,7 +110,6 @@ static hk_slabmask slab_bits(unsigned first, unsigned n) {
   return (n >= 64 ? ~(hk_slabmask)0 : (((hk_slabmask)1 << n) - 1)) << first;
 }
 
-
 /* The length of the run of free slabs that slab i (free) is part of. */
 static unsigned run_around(hk_slabmask free, unsigned i) {
   hk_slabmask used = ~free, below = used & (((hk_slabmask)1 << i) - 1), above = used >> i;
@@ -186,6 +185,12 @@ typedef struct region_list {
 static region_list lists[HK_REGION_LISTS] = {LIST_INIT, LIST_INIT, LIST_INIT, LIST_INIT,
                                              LIST_INIT, LIST_INIT, LIST_INIT, LIST_INIT};
 _Static_assert(HK_REGION_LISTS == 8, "one initialiser per list");
+
+/* Slab i of r has just become free: its run may be r's longest now. */
+static void note_run(hk_region_info *r, unsigned i) {
+  unsigned len = run_around(r->free_mask, i);
+  if (len > r->max_run) r->max_run = len;
+}
 
 /* Free slabs become dirty (may hold committed pages) until purged. */
 static void mark_dirty(hk_region_info *r, hk_slabmask run, uint64_t now) {
@@ -578,7 +583,7 @@ static void free_span(hk_page *page, bool committed) {
   r->heads |= (hk_slabmask)1 << i;
   list_has_room(r);
   r->free_mask |= run;
-  if (run_around(r->free_mask, i) > r->max_run) r->max_run = run_around(r->free_mask, i);
+  note_run(r, i);
   uint64_t now = hk_os_now_ms();
   if (committed) mark_dirty(r, run, now);
   if (r->free_mask == ALL_SLABS) r->empty_since_ms = now;
@@ -638,7 +643,7 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
   r->heads |= (hk_slabmask)1 << (i + n);
   list_has_room(r);
   r->free_mask |= tail;
-  if (run_around(r->free_mask, i + n) > r->max_run) r->max_run = run_around(r->free_mask, i + n);
+  note_run(r, i + n);
   mark_dirty(r, tail, hk_os_now_ms());
   l->slabs_used -= old - n;
   if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
