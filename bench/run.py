@@ -109,6 +109,9 @@ def scaling_benchmarks(threads):
         out.append(Bench(f"mid_large_mt_{t}t", ["mid_large_mt", str(t), "2000000", "256"],
                          what=f"mid_large_mt, {t} threads x 2M cycles"))
     for t in threads:
+        out.append(Bench(f"big_mixed_{t}t", ["mid_large_mt", str(t), "100000", "64", "65536", "1048576"],
+                         what=f"big_mixed (64 KiB-1 MiB blocks, 64 slots a thread), {t} threads x 100k cycles"))
+    for t in threads:
         out.append(Bench(f"thread_scaling_{t}t", ["thread_scaling", str(t), "5000000"],
                          what=f"small churn, {t} threads x 5M operations"))
     for t in threads:
