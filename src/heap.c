@@ -286,7 +286,7 @@ static hk_heap *heap_new(void) {
       h->spare_bytes = 0;
       h->all_next = all_heaps;
       all_heaps = h;
-      h->region_list = heaps_carved++ % HK_REGION_LISTS;
+      h->region_list = heaps_carved++;
     }
   }
   pthread_mutex_unlock(&hk_heap_lock);

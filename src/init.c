@@ -41,7 +41,7 @@ void hk_init(void) {
   /* High bits set: user data XOR key is then never a plausible address. */
   if ((k >> 48) < 0x100) k |= (uint64_t)0xa5c3 << 48;
   hk_key = (uintptr_t)k;
-  hk_arena_init();
+  hk_region_init();
   hk_thread_init_key();
   atomic_store_explicit(&hk_init_state, 2, memory_order_release);
   /* may allocate: malloc is fully usable from here on */

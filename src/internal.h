@@ -57,7 +57,8 @@
 #define HK_SLABS (1 << (HK_REGION_SHIFT - HK_SLAB_SHIFT)) /* per region; slab 0 holds the header */
 typedef uint64_t hk_slabmask;            /* one bit per slab of a region */
 _Static_assert(HK_SLABS <= 64, "a region's slabs fit in a mask");
-#define HK_REGION_LISTS 8                /* region lists of a lock each (region.c) */
+#define HK_REGION_LISTS_MIN 8            /* region lists of a lock each: one per CPU the process */
+#define HK_REGION_LISTS_MAX 64           /* may run on, within these bounds (region.c) */
 #define HK_MAX_SPAN_SLABS 16             /* largest page: 1 MiB */
 #define HK_OS_PAGE 4096
 #define HK_LARGE_HEADER 4096             /* bytes before a large block's data */
@@ -290,7 +291,7 @@ _Static_assert(offsetof(hk_region, cached_resident) + 8 <= sizeof(hk_page), "reg
 #define HK_ARENA_SLABS ((uintptr_t)1 << 20)
 extern char *hk_arena_base;       /* before initialisation: &hk_page_empty */
 extern _Atomic uintptr_t hk_page_table[HK_ARENA_SLABS];
-void hk_arena_init(void);
+void hk_region_init(void); /* the arena and the number of region lists */
 
 /* The slab index of p in the page table's range (>= HK_ARENA_SLABS: outside). */
 HK_INLINE uintptr_t hk_arena_slab(uintptr_t p) { return (p - (uintptr_t)hk_arena_base) >> HK_SLAB_SHIFT; }
@@ -386,7 +387,8 @@ typedef struct hk_heap {
   uint32_t spare_bytes;           /* spare_lock */
   pthread_mutex_t spare_lock;
   struct hk_heap *all_next;       /* every heap ever made (heap.c: the purger's walk) */
-  uint32_t region_list;           /* the region list its spans come from first (region.c): fixed
+  uint32_t region_list;           /* its number: the region list its spans come from first is this
+                                     modulo the lists' count (region.c); fixed
                                      for the heap's memory, so a thread that takes over an exited
                                      thread's heap finds the spans its classes used */
   /* the reaper's (heap.c, hk_heap_reap) */
@@ -448,6 +450,7 @@ void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align); /* N
 bool hk_os_shrink(void *p, size_t old_size, size_t new_size);
 bool hk_os_space_limited(size_t need); /* an RLIMIT_AS that a mapping of need bytes fits under */
 int hk_os_tid(void);                     /* the calling thread's kernel id */
+unsigned hk_os_cpu_count(void);          /* CPUs this process may run on (1 if unknown) */
 bool hk_os_thread_gone(int tid);         /* that thread of this process has exited */
 uint64_t hk_os_now_ms(void);
 uint64_t hk_os_random(void);
@@ -465,7 +468,7 @@ size_t hk_fmt_dec(char *buf, uint64_t v);
 /* ---- stats.c ---- */
 typedef struct hk_stats {
   _Atomic uint64_t regions_mapped, regions_unmapped, regions_live, regions_peak;
-  _Atomic uint64_t slabs_in_use, slabs_peak, slabs_purged, purge_calls, growth_purges;
+  _Atomic uint64_t slabs_purged, purge_calls, growth_purges;
   _Atomic uint64_t abandoned_released; /* empty pages of exited threads given back */
   _Atomic uint64_t abandoned_trimmed;  /* ... kept, their span's tail given back (heap.c, trim_kept) */
   _Atomic uint64_t spares_released;    /* spare spans unused for a purge delay, given back by the purger */
@@ -598,6 +601,7 @@ void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b);
 void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b);
 void hk_sizeclass_init(void);
 void hk_region_usage(size_t *mapped, size_t *in_use);
+void hk_region_slabs(uint64_t *in_use, uint64_t *peak); /* in live spans now; the lists' peaks summed */
 int hk_trim(void);
 void hk_release_for_retry(size_t need); /* a mapping of need bytes failed: give back the caches, then retry once */
 void hk_mallinfo_bytes(size_t *mapped, size_t *in_use);

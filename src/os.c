@@ -106,6 +106,17 @@ bool hk_os_space_limited(size_t need) {
 /* The calling thread's kernel id. */
 int hk_os_tid(void) { return (int)syscall(SYS_gettid); }
 
+/* The system call rather than sysconf(), which may read /sys through stdio
+ * and so allocate: this runs while the allocator initialises. */
+unsigned hk_os_cpu_count(void) {
+  uint64_t mask[16]; /* 1024 CPUs */
+  long bytes = syscall(SYS_sched_getaffinity, 0L, sizeof mask, mask);
+  unsigned n = 0;
+  for (long w = 0; w < bytes / 8; w++)
+    for (uint64_t m = mask[w]; m != 0; m &= m - 1) n++;
+  return n ? n : 1;
+}
+
 /* Has the thread with kernel id tid (of this process) exited? Only a
  * definite "no such thread" counts: any other answer (a tid the kernel has
  * given to a new thread since, a tgkill that is refused) says no. */

@@ -1,8 +1,8 @@
 /* Regions: 4 MiB-aligned mappings cut into 64 KiB slabs, committed from
  * the arena (a reservation of address space) whose page table free() reads.
  * Any free span of slabs in any region can become a page of any size class.
- * This is the only shared structure on the small-block path, in
- * HK_REGION_LISTS lists of a lock each; a list is taken once per page (tens
+ * This is the only shared structure on the small-block path, in lists of a
+ * lock each (one per CPU, see below); a list is taken once per page (tens
  * to thousands of blocks, or one block of 64 KiB-1 MiB), never per block.
  *
  * Memory goes back to the OS after hk_opt.purge_delay_ms: free slabs are
@@ -31,7 +31,7 @@ static size_t arena_regions;                   /* slots reserved, slot 0 include
 static size_t arena_next = 1;                  /* slots below this were used once */
 static uint64_t arena_free[ARENA_REGIONS / 64]; /* bit i: slot i (< arena_next) is decommitted */
 
-void hk_arena_init(void) {
+static void arena_init(void) {
   size_t want = (size_t)hk_opt.arena_mb / (HK_REGION_SIZE >> 20);
   for (size_t n = want < ARENA_REGIONS ? want : ARENA_REGIONS; n >= 2; n /= 4) {
     char *base = hk_os_reserve(n * HK_REGION_SIZE, HK_REGION_SIZE);
@@ -155,7 +155,7 @@ static hk_region_info info_pool[ARENA_REGIONS];
 static size_t info_used;            /* entries handed out at least once */
 static hk_region_info *info_free;   /* given back, linked through next */
 
-/* The regions, in HK_REGION_LISTS lists of their own lock each. A heap
+/* The regions, in lists of their own lock each. A heap
  * takes its spans from its own list's regions when one has a committed run
  * that fits, else from another list's (if its lock is free), else from its
  * own list's clean slabs or a new region there; a span goes back to the
@@ -173,8 +173,15 @@ typedef struct region_list {
   hk_region_info *first, *last; /* regions with free slabs first, full ones at the tail */
   uint64_t next_purge_ms;
   uint32_t slabs_used;          /* in live spans of this list's regions */
+  uint32_t slabs_peak;          /* highest slabs_used (statistics) */
   uint32_t fresh_taken;         /* never used slabs taken since the last growth purge */
   uint32_t epoch_low;           /* lowest slabs_used since hk_growth_epoch last moved for it */
+  /* At least the longest run of committed free slabs in the list's regions:
+   * raised when a span is freed, lowered when a search finds no committed
+   * run. Other heaps read it without the lock, and skip the list when it
+   * is too short, so that they neither take the lock nor search (on its
+   * own cache line: the lock's line changes hands on every span). */
+  _Atomic uint32_t committed_run __attribute__((aligned(64)));
 } __attribute__((aligned(64))) region_list;
 
 #ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP /* glibc: spins a while before sleeping */
@@ -182,9 +189,31 @@ typedef struct region_list {
 #else
 #define LIST_INIT {.lock = PTHREAD_MUTEX_INITIALIZER}
 #endif
-static region_list lists[HK_REGION_LISTS] = {LIST_INIT, LIST_INIT, LIST_INIT, LIST_INIT,
-                                             LIST_INIT, LIST_INIT, LIST_INIT, LIST_INIT};
-_Static_assert(HK_REGION_LISTS == 8, "one initialiser per list");
+#define LISTS_INIT_4 LIST_INIT, LIST_INIT, LIST_INIT, LIST_INIT
+#define LISTS_INIT_16 LISTS_INIT_4, LISTS_INIT_4, LISTS_INIT_4, LISTS_INIT_4
+static region_list lists[HK_REGION_LISTS_MAX] = {LISTS_INIT_16, LISTS_INIT_16, LISTS_INIT_16, LISTS_INIT_16};
+_Static_assert(HK_REGION_LISTS_MAX == 64, "one initialiser per list");
+
+/* One list per CPU the process may run on, so that threads on different
+ * CPUs seldom share a lock, within HK_REGION_LISTS_MIN..MAX. Set once, at
+ * initialisation, before any region exists. With a fixed 8 lists, 16
+ * threads replacing blocks of 64 KiB-1 MiB on 16 CPUs ran at 8.1 Mops/s,
+ * below the 9.3 of 8 threads, against mimalloc's 28.6 (pthread_mutex_lock
+ * 27 % of the time, called from both span paths); 16 lists: 1.46x
+ * (docs/BENCHMARKS.md, 2026-11-26). */
+static unsigned list_count = HK_REGION_LISTS_MIN;
+
+void hk_region_init(void) {
+  unsigned cpus = hk_os_cpu_count();
+  list_count = cpus < HK_REGION_LISTS_MIN ? HK_REGION_LISTS_MIN : cpus > HK_REGION_LISTS_MAX ? HK_REGION_LISTS_MAX : cpus;
+  arena_init();
+}
+
+/* A run of committed free slabs of len slabs may exist in l now. */
+static void note_committed_run(region_list *l, unsigned len) {
+  if (len > atomic_load_explicit(&l->committed_run, memory_order_relaxed))
+    atomic_store_explicit(&l->committed_run, len, memory_order_relaxed);
+}
 
 /* Slab i of r has just become free: its run may be r's longest now. */
 static void note_run(hk_region_info *r, unsigned i) {
@@ -364,7 +393,7 @@ static bool purge_locked(region_list *l, uint64_t now, bool force) {
 
 bool hk_region_purge(bool force) {
   bool released = false;
-  for (unsigned k = 0; k < HK_REGION_LISTS; k++) {
+  for (unsigned k = 0; k < list_count; k++) {
     pthread_mutex_lock(&lists[k].lock);
     released |= purge_locked(&lists[k], hk_os_now_ms(), force);
     pthread_mutex_unlock(&lists[k].lock);
@@ -414,6 +443,7 @@ static uint32_t growth_step(uint32_t slabs, uint32_t div) {
 
 static int span_taken(region_list *l, const hk_region_info *taker, unsigned n, bool clean, unsigned fresh) {
   l->slabs_used += n;
+  if (l->slabs_used > l->slabs_peak) l->slabs_peak = l->slabs_used;
   l->fresh_taken += fresh;
   if (!clean) return GREW_NOT;
   bool purge = l->fresh_taken >= growth_step(l->slabs_used, 8);
@@ -451,10 +481,12 @@ typedef struct span_pick {
 static span_pick search(region_list *l, unsigned n, unsigned cls, unsigned room) {
   span_pick best = {NULL, 0, -1, false};
   int enough = room ? SCORE_ROOMY_ALL_COMMITTED : SCORE_EXACT;
+  bool any_committed = false;
   for (hk_region_info *r = l->first; r != NULL && r->free_mask != 0 && best.score < enough; r = r->next) {
     if (r->max_run < n) continue;
     hk_slabmask free = r->free_mask, dirty_free = free & r->dirty_mask;
     hk_slabmask dirty_runs = dirty_free ? runs_of(dirty_free, n) : 0;
+    any_committed |= dirty_runs != 0;
     if (room) {
       hk_slabmask roomy = runs_of(free, n + room);
       if (roomy) {
@@ -488,6 +520,9 @@ static span_pick search(region_list *l, unsigned n, unsigned cls, unsigned room)
     int score = same ? SCORE_SAME : exact ? SCORE_EXACT : in_use ? SCORE_COMMITTED : SCORE_EMPTY_COMMITTED;
     if (score > best.score) best = (span_pick){r, same ? same : exact ? exact : dirty_runs, score, true};
   }
+  /* (the loop stops early only on a committed run) */
+  if (!any_committed && atomic_load_explicit(&l->committed_run, memory_order_relaxed) >= n)
+    atomic_store_explicit(&l->committed_run, n - 1, memory_order_relaxed);
   return best;
 }
 
@@ -516,13 +551,11 @@ static hk_page *take_span(region_list *l, span_pick pick, unsigned n, hk_slabmas
   best->fresh &= ~run;
   best->empty_since_ms = 0;
   list_if_full(best);
-  hk_page *page = &best->r->pages[i];
-  hk_stat_peak(&hk_stats.slabs_peak, hk_stat_add(slabs_in_use, n) + n);
-  return page;
+  return &best->r->pages[i];
 }
 
 hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsigned room, unsigned home) {
-  region_list *l = &lists[home % HK_REGION_LISTS];
+  region_list *l = &lists[home % list_count];
   pthread_mutex_lock(&l->lock);
   uint64_t now = hk_os_now_ms();
   if (now >= l->next_purge_ms) purge_locked(l, now, false);
@@ -532,8 +565,9 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
   if (!pick.committed) {
     /* another list's committed run before clean memory here (try only:
      * a list whose lock is taken is busy serving its own heaps) */
-    for (unsigned k = 1; k < HK_REGION_LISTS && page == NULL; k++) {
-      region_list *o = &lists[(home + k) % HK_REGION_LISTS];
+    for (unsigned k = 1; k < list_count && page == NULL; k++) {
+      region_list *o = &lists[(home + k) % list_count];
+      if (atomic_load_explicit(&o->committed_run, memory_order_relaxed) < n) continue;
       if (pthread_mutex_trylock(&o->lock) != 0) continue;
       span_pick p = search(o, n, cls, room);
       if (p.committed) page = take_span(o, p, n, dirty, &grew);
@@ -585,11 +619,13 @@ static void free_span(hk_page *page, bool committed) {
   r->free_mask |= run;
   note_run(r, i);
   uint64_t now = hk_os_now_ms();
-  if (committed) mark_dirty(r, run, now);
+  if (committed) {
+    mark_dirty(r, run, now);
+    note_committed_run(l, run_around(r->free_mask & r->dirty_mask, i));
+  }
   if (r->free_mask == ALL_SLABS) r->empty_since_ms = now;
   l->slabs_used -= n;
   if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
-  atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, n, memory_order_relaxed);
   if (now >= l->next_purge_ms) purge_locked(l, now, false);
   pthread_mutex_unlock(&l->lock);
   hk_purge_poke = true; /* the caller wakes the purger once its state is consistent */
@@ -618,13 +654,13 @@ bool hk_region_grow_span(hk_page *page, unsigned n) {
   if (r->dirty_mask == 0) r->purge_at_ms = 0;
   list_if_full(r);
   l->slabs_used += n - old;
+  if (l->slabs_used > l->slabs_peak) l->slabs_peak = l->slabs_used;
   l->epoch_low += n - old;
   pthread_mutex_unlock(&l->lock);
   memset(page + old, 0, (n - old) * sizeof(hk_page));
   for (unsigned k = old; k < n; k++) page[k].back = (uint16_t)(k * sizeof(hk_page));
   table_set(reg, i + old, n - old, page);
   page->nslabs = (uint8_t)n;
-  hk_stat_peak(&hk_stats.slabs_peak, hk_stat_add(slabs_in_use, n - old) + (n - old));
   return true;
 }
 
@@ -645,16 +681,16 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
   r->free_mask |= tail;
   note_run(r, i + n);
   mark_dirty(r, tail, hk_os_now_ms());
+  note_committed_run(l, run_around(r->free_mask & r->dirty_mask, i + n));
   l->slabs_used -= old - n;
   if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
-  atomic_fetch_sub_explicit(&hk_stats.slabs_in_use, old - n, memory_order_relaxed);
   pthread_mutex_unlock(&l->lock);
   hk_purge_poke = true;
 }
 
 bool hk_region_pending(void) {
   bool any = false;
-  for (unsigned k = 0; k < HK_REGION_LISTS && !any; k++) {
+  for (unsigned k = 0; k < list_count && !any; k++) {
     long empty = 0;
     pthread_mutex_lock(&lists[k].lock);
     for (hk_region_info *r = lists[k].first; r != NULL && r->free_mask != 0 && !any; r = r->next) {
@@ -669,7 +705,7 @@ bool hk_region_pending(void) {
 /* Bytes mapped for small regions and bytes in live pages (for mallinfo2). */
 void hk_region_usage(size_t *mapped, size_t *in_use) {
   size_t m = 0, u = 0;
-  for (unsigned k = 0; k < HK_REGION_LISTS; k++) {
+  for (unsigned k = 0; k < list_count; k++) {
     pthread_mutex_lock(&lists[k].lock);
     for (hk_region_info *r = lists[k].first; r != NULL; r = r->next) {
       m += HK_REGION_SIZE;
@@ -681,12 +717,24 @@ void hk_region_usage(size_t *mapped, size_t *in_use) {
   *in_use = u;
 }
 
+void hk_region_slabs(uint64_t *in_use, uint64_t *peak) {
+  uint64_t u = 0, p = 0;
+  for (unsigned k = 0; k < list_count; k++) {
+    pthread_mutex_lock(&lists[k].lock);
+    u += lists[k].slabs_used;
+    p += lists[k].slabs_peak;
+    pthread_mutex_unlock(&lists[k].lock);
+  }
+  *in_use = u;
+  *peak = p;
+}
+
 /* fork: every list, then the arena (the order everywhere else too). */
 void hk_region_fork_lock(void) {
-  for (unsigned k = 0; k < HK_REGION_LISTS; k++) pthread_mutex_lock(&lists[k].lock);
+  for (unsigned k = 0; k < list_count; k++) pthread_mutex_lock(&lists[k].lock);
   pthread_mutex_lock(&arena_lock);
 }
 void hk_region_fork_unlock(void) {
   pthread_mutex_unlock(&arena_lock);
-  for (unsigned k = HK_REGION_LISTS; k-- > 0;) pthread_mutex_unlock(&lists[k].lock);
+  for (unsigned k = list_count; k-- > 0;) pthread_mutex_unlock(&lists[k].lock);
 }

@@ -56,8 +56,10 @@ void hk_stats_print(void) {
   line("regions mapped", LOAD(regions_mapped), NULL);
   line("regions unmapped", LOAD(regions_unmapped), NULL);
   line("regions peak", LOAD(regions_peak), "x 4 MiB");
-  line("slabs in use", LOAD(slabs_in_use), "x 64 KiB");
-  line("slabs peak", LOAD(slabs_peak), "x 64 KiB");
+  uint64_t slabs, slabs_peak;
+  hk_region_slabs(&slabs, &slabs_peak);
+  line("slabs in use", slabs, "x 64 KiB");
+  line("slabs peak (the lists' peaks summed)", slabs_peak, "x 64 KiB");
   line("slabs purged", LOAD(slabs_purged), "x 64 KiB");
   line("purge calls (madvise)", LOAD(purge_calls), NULL);
   line("growth purges", LOAD(growth_purges), NULL);
