@@ -124,6 +124,10 @@ static void retire_page(hk_heap *h, hk_page *page) {
   uint32_t bytes = span_bytes(page);
   uint32_t limit = h->moving ? 0 : HK_SPARE_MAX;
   if (page->block_size >= HK_SLAB_SIZE) limit = 0;
+  if (limit == 0) {
+    release_page(h, page);
+    return;
+  }
   pthread_mutex_lock(&h->spare_lock);
   if (h->spare_bytes + bytes <= limit) {
     page->next = h->spare[page->nslabs];
@@ -149,6 +153,7 @@ static void retire_page(hk_heap *h, hk_page *page) {
  * blocks (a cache miss per spare passed over). */
 static hk_page *take_spare(hk_heap *h, unsigned cls, unsigned nslabs) {
   hk_page **found = NULL;
+  if (atomic_load_explicit(&spares_total, memory_order_relaxed) == 0) return NULL; /* no heap has spares */
   pthread_mutex_lock(&h->spare_lock);
   for (hk_page **pp = &h->spare[nslabs]; *pp != NULL; pp = &(*pp)->next) {
     if (found == NULL || (*pp)->cls == cls) found = pp;
