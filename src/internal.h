@@ -433,6 +433,7 @@ typedef struct hk_options {
   long purge_thread;      /* HAKMEM_PURGE_THREAD */
   long secure;            /* HAKMEM_SECURE */
   long arena_mb;          /* HAKMEM_ARENA_MB */
+  long region_lists;      /* HAKMEM_REGION_LISTS */
 } hk_options;
 extern hk_options hk_opt;
 void hk_options_init(void);

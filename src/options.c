@@ -37,6 +37,8 @@ static option_desc options[] = {
    "background thread that purges after the delay even if the program makes no call"},
   {"ARENA_MB", &hk_opt.arena_mb, 65536, 0, 65536,
    "address space reserved for small regions (regions beyond it take free()'s slow path)"},
+  {"REGION_LISTS", &hk_opt.region_lists, 0, 0, HK_REGION_LISTS_MAX,
+   "region lists of a lock each; 0: one per CPU the process may run on, 8 to 64"},
 };
 
 static bool parse_long(const char *s, long *out) {

@@ -200,12 +200,15 @@ _Static_assert(HK_REGION_LISTS_MAX == 64, "one initialiser per list");
  * threads replacing blocks of 64 KiB-1 MiB on 16 CPUs ran at 8.1 Mops/s,
  * below the 9.3 of 8 threads, against mimalloc's 28.6 (pthread_mutex_lock
  * 27 % of the time, called from both span paths); 16 lists: 1.46x
- * (docs/BENCHMARKS.md, 2026-11-26). */
+ * (docs/BENCHMARKS.md, 2026-11-26). HAKMEM_REGION_LISTS sets the count
+ * (1 to HK_REGION_LISTS_MAX): where the CPUs a process may use are not the
+ * CPUs it gets (a container's CPU quota), and for the tests. */
 static unsigned list_count = HK_REGION_LISTS_MIN;
 
 void hk_region_init(void) {
   unsigned cpus = hk_os_cpu_count();
   list_count = cpus < HK_REGION_LISTS_MIN ? HK_REGION_LISTS_MIN : cpus > HK_REGION_LISTS_MAX ? HK_REGION_LISTS_MAX : cpus;
+  if (hk_opt.region_lists > 0) list_count = (unsigned)hk_opt.region_lists;
   arena_init();
 }
 

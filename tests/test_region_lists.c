@@ -2,7 +2,9 @@
  * heap taking its spans from its own list first (region.c). A heap whose
  * list has no committed free run that fits takes another list's before it
  * touches clean memory of its own, so two threads that take turns with the
- * same amount of memory do not each keep a copy of it.
+ * same amount of memory do not each keep a copy of it. It finds another
+ * list's runs through that list's bound of its longest committed run,
+ * raised by every free: ctest runs this with 8 lists or more and with 64.
  *
  * Run with HAKMEM_PURGE_DELAY_MS=1000000 and HAKMEM_PURGE_THREAD=0, so that
  * no delayed purge lowers RSS. Thread A writes 64 blocks of 256 KiB (a span
