@@ -182,6 +182,10 @@ typedef struct region_list {
    * is too short, so that they neither take the lock nor search (on its
    * own cache line: the lock's line changes hands on every span). */
   _Atomic uint32_t committed_run __attribute__((aligned(64)));
+  /* Per class: the last two places where a page of the class left
+   * committed slabs, as (info_pool index + 1) << 8 | slab (0: none),
+   * the newer first; tried before the search (same_at()). */
+  uint32_t same_at[HK_NCLASSES][2] __attribute__((aligned(64)));
 } __attribute__((aligned(64))) region_list;
 
 #ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP /* glibc: spins a while before sleeping */
@@ -483,8 +487,38 @@ typedef struct span_pick {
   bool committed;   /* the run's slabs may hold committed pages */
 } span_pick;
 
+/* One of the last two places where a page of class cls ended, if it still
+ * starts a committed free run of n slabs there: the search's best pick
+ * (SCORE_SAME) without a search. Two thirds of big_mixed's searches ended
+ * on such a run; with this, 91.0M -> 86.0M instructions (one thread,
+ * callgrind), two threads 1.12x at peak RSS 64.8 -> 63.1 MiB (the recent
+ * places pack better than the first in list order); realloc_growth 16.3
+ * -> 17.0 MiB (2026-11-26). */
+static span_pick same_at(region_list *l, unsigned n, unsigned cls) {
+  for (unsigned k = 0; k < 2; k++) {
+    uint32_t at = l->same_at[cls][k];
+    if (at == 0) break;
+    hk_region_info *r = &info_pool[(at >> 8) - 1];
+    unsigned i = at & 255;
+    hk_slabmask run = slab_bits(i, n);
+    if (r->list == l && i + n <= HK_SLABS && ((r->heads >> i) & 1) && r->last_cls[i] == cls + 1 &&
+        (r->free_mask & r->dirty_mask & run) == run)
+      return (span_pick){r, (hk_slabmask)1 << i, SCORE_SAME, true};
+  }
+  return (span_pick){NULL, 0, -1, false};
+}
+
+static void note_same(region_list *l, unsigned cls, const hk_region_info *r, unsigned i) {
+  uint32_t at = (uint32_t)(r - info_pool + 1) << 8 | i;
+  if (l->same_at[cls][0] != at) {
+    l->same_at[cls][1] = l->same_at[cls][0];
+    l->same_at[cls][0] = at;
+  }
+}
+
 static span_pick search(region_list *l, unsigned n, unsigned cls, unsigned room) {
-  span_pick best = {NULL, 0, -1, false};
+  span_pick best = room ? (span_pick){NULL, 0, -1, false} : same_at(l, n, cls);
+  if (best.score == SCORE_SAME) return best;
   int enough = room ? SCORE_ROOMY_ALL_COMMITTED : SCORE_EXACT;
   bool any_committed = false;
   for (hk_region_info *r = l->first; r != NULL && r->free_mask != 0 && best.score < enough; r = r->next) {
@@ -620,6 +654,7 @@ static void free_span(hk_page *page, bool committed) {
   pthread_mutex_lock(&l->lock);
   memset(&r->last_cls[i], last, n);
   r->heads |= (hk_slabmask)1 << i;
+  if (committed) note_same(l, last - 1u, r, i);
   list_has_room(r);
   r->free_mask |= run;
   unsigned len = note_run(r, i);
@@ -682,6 +717,7 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
   pthread_mutex_lock(&l->lock);
   memset(&r->last_cls[i + n], last, old - n);
   r->heads |= (hk_slabmask)1 << (i + n);
+  note_same(l, last - 1u, r, i + n);
   list_has_room(r);
   r->free_mask |= tail;
   mark_dirty(r, tail, hk_os_now_ms());
