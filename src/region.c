@@ -575,6 +575,19 @@ static span_pick search(region_list *l, unsigned n, unsigned cls, unsigned room)
  * the rest within noise. */
 #define HK_HIGH_SPAN 4
 
+/* Records from..n-1 of the span whose head is page: each only leads to the
+ * head (hk_page_of reads `back` and nothing else of a later slab's record;
+ * the rest is rewritten when the slab heads a span). Clearing all 128 bytes
+ * of each, up to 2 KiB a span, was 4 % of big_mixed's instructions. */
+static void link_tail(hk_page *page, unsigned from, unsigned n) {
+  for (unsigned k = from; k < n; k++) {
+    atomic_store_explicit(&page[k].area, 0, memory_order_relaxed);
+    page[k].back = (uint16_t)(k * sizeof(hk_page));
+    page[k].nslabs = 0;
+    page[k].cls = 0;
+  }
+}
+
 /* Take the span the pick found. Caller holds its list's lock. */
 static hk_page *take_span(region_list *l, span_pick pick, unsigned n, hk_slabmask *dirty, int *grew) {
   hk_region_info *best = pick.r;
@@ -630,9 +643,9 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
   }
   pthread_mutex_unlock(&l->lock);
   /* The span's page records are the caller's now: set up outside the lock. */
-  memset(page, 0, n * sizeof(hk_page));
+  memset(page, 0, sizeof(hk_page));
   page->nslabs = (uint8_t)n;
-  for (unsigned k = 1; k < n; k++) page[k].back = (uint16_t)(k * sizeof(hk_page));
+  link_tail(page, 1, n);
   table_set(hk_region_of(page), (unsigned)(page - hk_region_of(page)->pages), n, page);
   if (grew == GREW_PURGED) hk_spares_trim(); /* the heaps' spares beyond HK_SPARE_BYTES too */
   return page;
@@ -697,8 +710,7 @@ bool hk_region_grow_span(hk_page *page, unsigned n) {
   if (l->slabs_used > l->slabs_peak) l->slabs_peak = l->slabs_used;
   l->epoch_low += n - old;
   pthread_mutex_unlock(&l->lock);
-  memset(page + old, 0, (n - old) * sizeof(hk_page));
-  for (unsigned k = old; k < n; k++) page[k].back = (uint16_t)(k * sizeof(hk_page));
+  link_tail(page, old, n);
   table_set(reg, i + old, n - old, page);
   page->nslabs = (uint8_t)n;
   return true;
