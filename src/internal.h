@@ -369,6 +369,7 @@ typedef struct hk_heap {
   uint64_t block_purge_ms;        /* next pass over free medium blocks (purge_free_blocks) */
   uint32_t growth_epoch;          /* hk_growth_epoch at that pass */
   uint32_t purge_passes;          /* passes so far */
+  uint32_t purge_calls;           /* calls of the pass that may not be due (clock read on every 8th) */
   uint32_t class_searched[HK_NCLASSES]; /* purge_passes at the class's last page search */
   struct hk_heap *pool_next;      /* free heap pool */
   hk_heap_stats stats;

@@ -172,6 +172,7 @@ typedef struct region_list {
   pthread_mutex_t lock;
   hk_region_info *first, *last; /* regions with free slabs first, full ones at the tail */
   uint64_t next_purge_ms;
+  uint32_t events;              /* span events, for due_purge() */
   uint32_t slabs_used;          /* in live spans of this list's regions */
   uint32_t slabs_peak;          /* highest slabs_used (statistics) */
   uint32_t fresh_taken;         /* never used slabs taken since the last growth purge */
@@ -231,8 +232,8 @@ static unsigned note_run(hk_region_info *r, unsigned i) {
 }
 
 /* Free slabs become dirty (may hold committed pages) until purged. */
-static void mark_dirty(hk_region_info *r, hk_slabmask run, uint64_t now) {
-  if (r->dirty_mask == 0) r->purge_at_ms = now + (uint64_t)hk_opt.purge_delay_ms;
+static void mark_dirty(hk_region_info *r, hk_slabmask run) {
+  if (r->dirty_mask == 0) r->purge_at_ms = hk_os_now_ms() + (uint64_t)hk_opt.purge_delay_ms;
   r->dirty_mask |= run;
 }
 
@@ -398,6 +399,19 @@ static bool purge_locked(region_list *l, uint64_t now, bool force) {
   }
   l->next_purge_ms = now + (uint64_t)(hk_opt.purge_delay_ms / 2 + 1);
   return released;
+}
+
+/* The list's timed purge, if due, looked at on every HK_PURGE_CHECK_EVENTS-th
+ * span event of the list (every one with HAKMEM_PURGE_DELAY_MS=0): reading
+ * the clock on each, with the heap's own timed pass, was three reads a
+ * malloc+free of a block of 64 KiB-1 MiB and 6 % of big_mixed's time
+ * (perf, 2026-11-26). A busy list makes thousands of events a millisecond;
+ * an idle one is the purger thread's. Caller holds l->lock. */
+#define HK_PURGE_CHECK_EVENTS 8
+static void due_purge(region_list *l) {
+  if ((++l->events % HK_PURGE_CHECK_EVENTS) != 0 && hk_opt.purge_delay_ms != 0) return;
+  uint64_t now = hk_os_now_ms();
+  if (now >= l->next_purge_ms) purge_locked(l, now, false);
 }
 
 bool hk_region_purge(bool force) {
@@ -609,8 +623,7 @@ static hk_page *take_span(region_list *l, span_pick pick, unsigned n, hk_slabmas
 hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsigned room, unsigned home) {
   region_list *l = &lists[home % list_count];
   pthread_mutex_lock(&l->lock);
-  uint64_t now = hk_os_now_ms();
-  if (now >= l->next_purge_ms) purge_locked(l, now, false);
+  due_purge(l);
   span_pick pick = search(l, n, cls, room);
   hk_page *page = NULL;
   int grew = GREW_NOT;
@@ -671,15 +684,14 @@ static void free_span(hk_page *page, bool committed) {
   list_has_room(r);
   r->free_mask |= run;
   unsigned len = note_run(r, i);
-  uint64_t now = hk_os_now_ms();
   if (committed) {
-    mark_dirty(r, run, now);
+    mark_dirty(r, run);
     note_committed_run(l, len); /* (the free run: at least its committed part) */
   }
-  if (r->free_mask == ALL_SLABS) r->empty_since_ms = now;
+  if (r->free_mask == ALL_SLABS) r->empty_since_ms = hk_os_now_ms();
   l->slabs_used -= n;
   if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
-  if (now >= l->next_purge_ms) purge_locked(l, now, false);
+  due_purge(l);
   pthread_mutex_unlock(&l->lock);
   hk_purge_poke = true; /* the caller wakes the purger once its state is consistent */
 }
@@ -732,7 +744,7 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
   note_same(l, last - 1u, r, i + n);
   list_has_room(r);
   r->free_mask |= tail;
-  mark_dirty(r, tail, hk_os_now_ms());
+  mark_dirty(r, tail);
   note_committed_run(l, note_run(r, i + n));
   l->slabs_used -= old - n;
   if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
