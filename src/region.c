@@ -223,12 +223,10 @@ static void note_committed_run(region_list *l, unsigned len) {
     atomic_store_explicit(&l->committed_run, len, memory_order_relaxed);
 }
 
-/* Slab i of r has just become free: its run may be r's longest now.
- * Returns the run's length. */
-static unsigned note_run(hk_region_info *r, unsigned i) {
+/* Slab i of r has just become free: its run may be r's longest now. */
+static void note_run(hk_region_info *r, unsigned i) {
   unsigned len = run_around(r->free_mask, i);
   if (len > r->max_run) r->max_run = len;
-  return len;
 }
 
 /* Free slabs become dirty (may hold committed pages) until purged. */
@@ -683,10 +681,10 @@ static void free_span(hk_page *page, bool committed) {
   if (committed) note_same(l, last - 1u, r, i);
   list_has_room(r);
   r->free_mask |= run;
-  unsigned len = note_run(r, i);
+  note_run(r, i);
   if (committed) {
     mark_dirty(r, run);
-    note_committed_run(l, len); /* (the free run: at least its committed part) */
+    note_committed_run(l, run_around(r->free_mask & r->dirty_mask, i));
   }
   if (r->free_mask == ALL_SLABS) r->empty_since_ms = hk_os_now_ms();
   l->slabs_used -= n;
@@ -744,8 +742,9 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
   note_same(l, last - 1u, r, i + n);
   list_has_room(r);
   r->free_mask |= tail;
+  note_run(r, i + n);
   mark_dirty(r, tail);
-  note_committed_run(l, note_run(r, i + n));
+  note_committed_run(l, run_around(r->free_mask & r->dirty_mask, i + n));
   l->slabs_used -= old - n;
   if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
   pthread_mutex_unlock(&l->lock);
