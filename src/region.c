@@ -189,15 +189,9 @@ typedef struct region_list {
   uint32_t same_at[HK_NCLASSES][2] __attribute__((aligned(64)));
 } __attribute__((aligned(64))) region_list;
 
-#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP /* glibc: spins a while before sleeping */
-#define LIST_INIT {.lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP}
-#else
-#define LIST_INIT {.lock = PTHREAD_MUTEX_INITIALIZER}
-#endif
-#define LISTS_INIT_4 LIST_INIT, LIST_INIT, LIST_INIT, LIST_INIT
-#define LISTS_INIT_16 LISTS_INIT_4, LISTS_INIT_4, LISTS_INIT_4, LISTS_INIT_4
-static region_list lists[HK_REGION_LISTS_MAX] = {LISTS_INIT_16, LISTS_INIT_16, LISTS_INIT_16, LISTS_INIT_16};
-_Static_assert(HK_REGION_LISTS_MAX == 64, "one initialiser per list");
+/* Zero-initialised (in .bss, not 80 KiB of the library's data): the lists
+ * in use get their locks in hk_region_init. */
+static region_list lists[HK_REGION_LISTS_MAX];
 
 /* One list per CPU the process may run on, so that threads on different
  * CPUs seldom share a lock, within HK_REGION_LISTS_MIN..MAX. Set once, at
@@ -214,6 +208,13 @@ void hk_region_init(void) {
   unsigned cpus = hk_os_cpu_count();
   list_count = cpus < HK_REGION_LISTS_MIN ? HK_REGION_LISTS_MIN : cpus > HK_REGION_LISTS_MAX ? HK_REGION_LISTS_MAX : cpus;
   if (hk_opt.region_lists > 0) list_count = (unsigned)hk_opt.region_lists;
+  for (unsigned k = 0; k < list_count; k++) {
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP /* glibc: spins a while before sleeping */
+    lists[k].lock = (pthread_mutex_t)PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
+#else
+    pthread_mutex_init(&lists[k].lock, NULL);
+#endif
+  }
   arena_init();
 }
 
