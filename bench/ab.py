@@ -15,10 +15,12 @@ Example: bench/ab.py 9 2 base=old/libhakmem.so new=build/libhakmem.so \\
              nopurge=build/libhakmem.so:HAKMEM_PURGE_DELAY_MS=1000000
 """
 import os
-import re
 import statistics
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import parse_result  # noqa: E402  (the suite's own RESULT parser)
 
 
 def main():
@@ -45,12 +47,11 @@ def main():
                     env["LD_PRELOAD"] = os.path.abspath(lib)
                 env.update(extra)
                 out = subprocess.run([bench, t] + args, env=env, capture_output=True, text=True).stdout
-                ops = re.search(r"ops_per_sec=([\d.]+)", out)
-                kb = re.search(r"peak_rss_kb=(\d+)", out)
-                if not ops or not kb:
+                res = parse_result(out)
+                if res is None or "ops_per_sec" not in res or "peak_rss_kb" not in res:
                     sys.exit(f"ab.py: no RESULT line from {name}: {out.strip()[:200]}")
-                speed[name].append(float(ops.group(1)) / 1e6)
-                rss[name].append(int(kb.group(1)) / 1024)
+                speed[name].append(res["ops_per_sec"] / 1e6)
+                rss[name].append(res["peak_rss_kb"] / 1024)
         print(f"threads {t} ({rounds} rounds; median Mops/s, median of per-round ratios against {base}, "
               f"median peak RSS MiB)")
         for name, _, _ in variants:

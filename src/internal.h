@@ -602,8 +602,7 @@ size_t hk_block_size(const void *p, const char *who);
 void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b);
 void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b);
 void hk_sizeclass_init(void);
-void hk_region_usage(size_t *mapped, size_t *in_use);
-void hk_region_slabs(uint64_t *in_use, uint64_t *peak); /* in live spans now; the lists' peaks summed */
+void hk_region_usage(size_t *mapped, size_t *in_use, size_t *peak);
 int hk_trim(void);
 void hk_release_for_retry(size_t need); /* a mapping of need bytes failed: give back the caches, then retry once */
 void hk_mallinfo_bytes(size_t *mapped, size_t *in_use);

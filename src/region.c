@@ -766,29 +766,18 @@ bool hk_region_pending(void) {
   return any;
 }
 
-/* Bytes mapped for small regions and bytes in live pages (for mallinfo2). */
-void hk_region_usage(size_t *mapped, size_t *in_use) {
-  size_t m = 0, u = 0;
+/* Bytes mapped for small regions, bytes in live pages, and the lists'
+ * peaks of those summed (at least the true peak; mallinfo2, statistics). */
+void hk_region_usage(size_t *mapped, size_t *in_use, size_t *peak) {
+  size_t m = 0, u = 0, p = 0;
   for (unsigned k = 0; k < list_count; k++) {
     pthread_mutex_lock(&lists[k].lock);
-    for (hk_region_info *r = lists[k].first; r != NULL; r = r->next) {
-      m += HK_REGION_SIZE;
-      u += (size_t)(__builtin_popcountll(ALL_SLABS) - __builtin_popcountll(r->free_mask)) * HK_SLAB_SIZE;
-    }
+    for (hk_region_info *r = lists[k].first; r != NULL; r = r->next) m += HK_REGION_SIZE;
+    u += (size_t)lists[k].slabs_used * HK_SLAB_SIZE;
+    p += (size_t)lists[k].slabs_peak * HK_SLAB_SIZE;
     pthread_mutex_unlock(&lists[k].lock);
   }
   *mapped = m;
-  *in_use = u;
-}
-
-void hk_region_slabs(uint64_t *in_use, uint64_t *peak) {
-  uint64_t u = 0, p = 0;
-  for (unsigned k = 0; k < list_count; k++) {
-    pthread_mutex_lock(&lists[k].lock);
-    u += lists[k].slabs_used;
-    p += lists[k].slabs_peak;
-    pthread_mutex_unlock(&lists[k].lock);
-  }
   *in_use = u;
   *peak = p;
 }

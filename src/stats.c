@@ -56,10 +56,10 @@ void hk_stats_print(void) {
   line("regions mapped", LOAD(regions_mapped), NULL);
   line("regions unmapped", LOAD(regions_unmapped), NULL);
   line("regions peak", LOAD(regions_peak), "x 4 MiB");
-  uint64_t slabs, slabs_peak;
-  hk_region_slabs(&slabs, &slabs_peak);
-  line("slabs in use", slabs, "x 64 KiB");
-  line("slabs peak (the lists' peaks summed)", slabs_peak, "x 64 KiB");
+  size_t mapped, in_use, peak;
+  hk_region_usage(&mapped, &in_use, &peak);
+  line("slabs in use", in_use / HK_SLAB_SIZE, "x 64 KiB");
+  line("slabs peak (the lists' peaks summed)", peak / HK_SLAB_SIZE, "x 64 KiB");
   line("slabs purged", LOAD(slabs_purged), "x 64 KiB");
   line("purge calls (madvise)", LOAD(purge_calls), NULL);
   line("growth purges", LOAD(growth_purges), NULL);
@@ -101,9 +101,9 @@ __attribute__((destructor)) static void stats_at_exit(void) {
  * except those held by the large-block cache, which count as free. */
 HK_API struct mallinfo2 hak_mallinfo2(void) {
   struct mallinfo2 mi;
-  size_t mapped, in_use;
+  size_t mapped, in_use, peak;
   memset(&mi, 0, sizeof mi);
-  hk_region_usage(&mapped, &in_use);
+  hk_region_usage(&mapped, &in_use, &peak);
   size_t large, cached;
   hk_large_usage(&large, &cached);
   size_t live_large = large > cached ? large - cached : 0;
