@@ -69,8 +69,7 @@ void *hk_realloc(void *p, size_t size) {
   if (r != NULL && r->kind != HK_KIND_LARGE) {
     /* a freed block first: its size (hardened mode: the trailer) is gone */
     hk_page *page = hk_page_of(r, p);
-    uintptr_t off = (uintptr_t)p - page->start;
-    if (off < hk_page_area(page) && hk_is_block_start(page, (uint32_t)off) &&
+    if (hk_is_carved_block(page, (uintptr_t)p) &&
         hk_looks_free((hk_block *)p, page->key) &&
         atomic_load_explicit(&page->heap, memory_order_relaxed) == hk_owner_tag(hk_tls_heap) &&
         hk_page_contains_free(page, (hk_block *)p))

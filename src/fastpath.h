@@ -43,12 +43,9 @@ HK_INLINE void *hk_malloc_fast(size_t size) {
 
 /* Free p as a block of `page`, or tail-call invalid(p) if it is none. */
 HK_INLINE void hk_free_to_page(hk_page *page, void *p, void (*invalid)(void *)) {
-  uintptr_t a = (uintptr_t)p;
-  uint32_t off = (uint32_t)(a - page->start);
-  /* off < area: inside the blocks carved so far (area is 0 for anything
-   * that is not a live page); off * magic <= magic - 1: off is a multiple
-   * of the block size, i.e. p is the start of a block. */
-  if (HK_LIKELY(a - page->start < hk_page_area(page) && hk_is_block_start(page, off))) {
+  /* the start of a block carved so far (never true of anything that is
+   * not a live page) */
+  if (HK_LIKELY(hk_is_carved_block(page, (uintptr_t)p))) {
     hk_heap *heap = hk_tls_heap;
     hk_block *b = (hk_block *)p;
     if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap)) {

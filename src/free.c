@@ -69,8 +69,7 @@ size_t hk_block_size(const void *p, const char *who) {
     return hk_large_usable(r);
   }
   hk_page *page = hk_page_of(r, p);
-  uint32_t off = (uint32_t)(a - page->start);
-  if (!(a - page->start < hk_page_area(page) && hk_is_block_start(page, off)))
+  if (!hk_is_carved_block(page, a))
     hk_fatal_in(who, "pointer that is not a block", p);
   if (hk_secure) return hk_secure_size(page, (hk_block *)p);
   /* a padded class's pad is not the program's (sizeclass.c) */

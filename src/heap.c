@@ -933,8 +933,7 @@ static void span_block_sized(hk_page *page, unsigned color_slabs) {
   uint32_t bs = span_bytes(page) - (color_slabs << HK_SLAB_SHIFT);
   page->cls = (uint8_t)hk_size_class(bs);
   page->block_size = bs;
-  page->div_magic = UINT64_MAX / bs + 1;
-  page->div_limit = page->div_magic - 1;
+  page->div_magic = hk_div_magic(bs);
   hk_page_set_area(page);
 }
 

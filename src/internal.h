@@ -163,17 +163,18 @@ struct hk_heap;
  * line the owner keeps writing: with both in one line, every remote free
  * was a cache miss on it (larson). */
 typedef struct hk_page {
-  /* bytes 0..7 are read by free() for any slab index, including slab 0,
-   * whose slot holds the region header instead (see hk_region) */
+  /* bytes 0..15 are read for any slab index, including slab 0, whose slot
+   * holds the region header instead (zero there, see hk_region) */
+  _Atomic uint64_t carved_bound; /* free()'s test of a block start, see hk_is_carved_block;
+                                    0: no block carved, or not a live page */
   _Atomic uint32_t area;     /* capacity * block_size: the carved blocks; 0 = none, or not a live page.
                                 grows while other threads may read it (relaxed: a plain load) */
   uint16_t back;             /* in a span's later slabs: bytes back to the head slab's hk_page */
   uint8_t nslabs;            /* in a head slab: span length */
   uint8_t cls;
   uintptr_t start;           /* first block */
-  uint64_t div_magic;        /* ceil(2^64 / block_size): divisibility test */
+  uint64_t div_magic;        /* hk_div_magic(block_size): the divisibility test's multiplier */
   _Atomic(struct hk_heap *) heap; /* owner; NULL while abandoned */
-  uint64_t div_limit;        /* div_magic - 1 */
   uintptr_t key;             /* this page's free-list encoding key */
   uint32_t block_size;
   uint32_t reserved;         /* blocks that fit in the span */
@@ -242,9 +243,9 @@ HK_INLINE void hk_page_park_note(hk_page *page, uint32_t used) {
 /* ---- regions ----
  * The header is the page array. Slab 0 holds the header itself, so
  * pages[0] never describes a page; its slot carries the region's own fields
- * instead, after 8 zero bytes that overlay pages[0].area and .back so that
- * free() of a pointer into slab 0 (a large block's data, or garbage) sees
- * "not a live page". */
+ * instead, after 16 zero bytes that overlay pages[0].carved_bound, .area
+ * and .back so that free() of a pointer into slab 0 (a large block's data,
+ * or garbage) sees "not a live page". */
 #define HK_MAGIC_REGION 0x686b7267u /* "hkrg" */
 enum { HK_KIND_SMALL = 1, HK_KIND_LARGE = 2 };
 enum { HK_LARGE_LIVE = 1, HK_LARGE_CACHED = 2 };
@@ -253,7 +254,7 @@ typedef struct hk_region {
   union {
     hk_page pages[HK_SLABS];
     struct {
-      uint64_t zero_guard;       /* = pages[0].area/back/nslabs/cls: always 0 */
+      uint64_t zero_guard[2];    /* = pages[0].carved_bound/area/back/nslabs/cls: always 0 */
       uint32_t magic;
       uint32_t kind;
       struct hk_region_info *info; /* small regions: the span search's view (region.c) */
@@ -325,14 +326,45 @@ HK_INLINE hk_page *hk_page_of(hk_region *r, const void *p) {
 HK_INLINE uint32_t hk_page_area(const hk_page *page) {
   return atomic_load_explicit(&((hk_page *)page)->area, memory_order_relaxed);
 }
+
+/* The test of a block start is one multiply (Lemire, Kaser and Kurz,
+ * "Faster remainder by direct computation", 2019). With
+ * magic = floor(2^64 / bs) + 1, bs * magic = 2^64 + e for some
+ * 0 < e <= bs. For off < 2^32, off * magic mod 2^64 is k * e when
+ * off = k * bs (below 2^32, as k * bs < 2^32), and at least magic (above
+ * 2^43 for blocks up to 2 MiB) when bs does not divide off. So the product
+ * is below magic exactly for multiples of bs, and below
+ * (capacity - 1) * e + 1, the page's carved_bound, exactly for the starts
+ * of the capacity blocks carved so far: free()'s range test and block test
+ * in one compare. */
+HK_INLINE uint64_t hk_div_magic(uint32_t bs) {
+  uint64_t m = UINT64_MAX / bs + 1; /* ceil(2^64 / bs), e = 0 for a power of two */
+  return (bs & (bs - 1)) == 0 ? m + 1 : m;
+}
 HK_INLINE void hk_page_set_area(hk_page *page) {
-  atomic_store_explicit(&page->area, page->capacity * page->block_size, memory_order_relaxed);
+  uint64_t e = page->div_magic * page->block_size; /* mod 2^64 */
+  uint32_t cap = page->capacity;
+  atomic_store_explicit(&page->area, cap * page->block_size, memory_order_relaxed);
+  atomic_store_explicit(&page->carved_bound, cap == 0 ? 0 : (uint64_t)(cap - 1) * e + 1, memory_order_relaxed);
+}
+HK_INLINE void hk_page_clear_area(hk_page *page) {
+  atomic_store_explicit(&page->carved_bound, 0, memory_order_relaxed);
+  atomic_store_explicit(&page->area, 0, memory_order_relaxed);
 }
 
-/* p - page->start is a multiple of the block size (Lemire's test with
- * div_magic = ceil(2^64 / block_size)); off < 2^32 always holds here. */
+/* p - page->start is a multiple of the block size (off < 2^32). */
 HK_INLINE bool hk_is_block_start(const hk_page *page, uint32_t off) {
-  return (uint64_t)off * page->div_magic <= page->div_limit;
+  return (uint64_t)off * page->div_magic < page->div_magic;
+}
+
+/* a is the start of a block of page carved so far. a - page->start is
+ * taken mod 2^32, which is exact when a and the page lie in one 4 MiB
+ * region (|a - start| < 2^22: a pointer below start wraps to at least
+ * 2^32 - 2^22, no carved offset) or the page is not live (bound 0): true
+ * of a page found through the page table or hk_page_of. */
+HK_INLINE bool hk_is_carved_block(const hk_page *page, uintptr_t a) {
+  uint32_t off = (uint32_t)(a - page->start);
+  return (uint64_t)off * page->div_magic < atomic_load_explicit(&((hk_page *)page)->carved_bound, memory_order_relaxed);
 }
 
 /* ---- heaps: one per thread ---- */

@@ -55,8 +55,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
     page->reserved = 1;
     page->start += same_class && old_color < HK_COLORS * 64 ? old_color : hk_color_offset();
   }
-  page->div_magic = UINT64_MAX / bs + 1;
-  page->div_limit = page->div_magic - 1;
+  page->div_magic = hk_div_magic(bs);
   page->key = page->free_key = page_key(page);
   page->cls = (uint8_t)cls;
   page->free = (hk_block *)hk_region_of(page); /* empty list: ends at the region base */
@@ -65,7 +64,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
   atomic_store_explicit(&page->remote, HK_PAGE_NORMAL, memory_order_relaxed);
   /* area grows as blocks are carved (hk_page_extend): free() of a block
    * that was never handed out fails the fast path's range test */
-  atomic_store_explicit(&page->area, 0, memory_order_relaxed);
+  hk_page_clear_area(page);
 }
 
 /* Carve the next HK_EXTEND_BYTES of untouched blocks (or one block) onto

@@ -590,11 +590,12 @@ static span_pick search(region_list *l, unsigned n, unsigned cls, unsigned room)
 
 /* Records from..n-1 of the span whose head is page: each only leads to the
  * head (hk_page_of reads `back` and nothing else of a later slab's record;
- * the rest is rewritten when the slab heads a span). Clearing all 128 bytes
+ * its bound and area are cleared, as a stale table entry may name it; the
+ * rest is rewritten when the slab heads a span). Clearing all 128 bytes
  * of each, up to 2 KiB a span, was 4 % of big_mixed's instructions. */
 static void link_tail(hk_page *page, unsigned from, unsigned n) {
   for (unsigned k = from; k < n; k++) {
-    atomic_store_explicit(&page[k].area, 0, memory_order_relaxed);
+    hk_page_clear_area(&page[k]);
     page[k].back = (uint16_t)(k * sizeof(hk_page));
     page[k].nslabs = 0;
     page[k].cls = 0;

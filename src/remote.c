@@ -92,7 +92,7 @@ static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t
                                                        memory_order_acq_rel, memory_order_relaxed);
   if (taken) {
     if (atomic_load_explicit(&page->park, memory_order_acquire) == park) {
-      atomic_store_explicit(&page->area, 0, memory_order_relaxed); /* a stray free now fails the range test */
+      hk_page_clear_area(page); /* a stray free now fails the range test */
       hk_os_purge((void *)hk_page_span_start(page), (size_t)page->nslabs << HK_SLAB_SHIFT);
       hk_stat_add(pages_reclaimed, 1);
     } else {
