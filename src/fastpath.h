@@ -23,20 +23,20 @@ HK_INLINE void *hk_malloc_from(hk_heap *heap, hk_page *page, size_t size) {
     page->used++;
     return b;
   }
-  return hk_malloc_slow(heap, size);
+  return hk_malloc_slow(size, heap);
 }
 
 HK_INLINE void *hk_malloc_fast(size_t size) {
   hk_heap *heap = hk_tls_heap;
   /* blocks of other threads freed here come first (remote.c) */
-  if (HK_UNLIKELY(heap->foreign_bytes != 0)) return hk_malloc_foreign(heap, size);
+  if (HK_UNLIKELY(heap->foreign_bytes != 0)) return hk_malloc_foreign(size, heap);
   hk_page *page;
   if (HK_LIKELY(size <= HK_LUT_MAX)) {
     page = heap->by_size[(size + 7) >> 3];
   } else if (HK_LIKELY(size <= HK_MEDIUM_MAX)) {
     page = heap->direct[hk_size_class(size)];
   } else {
-    return hk_malloc_slow(heap, size);
+    return hk_malloc_slow(size, heap);
   }
   return hk_malloc_from(heap, page, size);
 }

@@ -883,7 +883,7 @@ static void *alloc_late(size_t size, unsigned cls) {
 
 /* From the fast path (the class is computed here: the lookup table is empty
  * before initialisation). */
-void *hk_malloc_slow(hk_heap *h, size_t size) {
+void *hk_malloc_slow(size_t size, hk_heap *h) {
   /* hardened: the class must also hold the canary and the trailer */
   size_t need = hk_secure ? size + HK_SECURE_EXTRA : size;
   if (h == &hk_heap_empty) {

@@ -278,26 +278,33 @@ _Static_assert(offsetof(hk_region, cached_resident) + 8 <= sizeof(hk_page), "reg
 
 /* ---- the arena and its page table (region.c) ----
  * Small regions come from one reservation of address space, the arena.
- * hk_page_table has an entry for each 64 KiB slab of the HK_ARENA_SLABS
+ * The page table has an entry for each 64 KiB slab of the HK_ARENA_SLABS
  * (64 GiB) from hk_arena_base: the offset from hk_arena_base of the hk_page
  * serving it, so free() finds a block's page with one subtraction, one
- * shift and one load. An entry of 0 (a slab no page has used) leads to
+ * shift and one load. The table (8 MiB) is mapped just below the arena, in
+ * the same reservation, so that the load is addressed from hk_arena_base
+ * alone. An entry of 0 (a slab no page has used) leads to
  * offset 0, which is never a page: the arena's first region slot is left
- * unused, its header reading as zeros, i.e. "not a live page" (area 0).
+ * unused, its header reading as zeros, i.e. "not a live page" (bound 0).
  * Stale entries are harmless: a slab's entry is rewritten whenever a span
  * takes it, and an entry that still names an old head page either finds it
- * not live (area 0) or finds the pointer outside that page's carved area.
+ * not live or finds the pointer outside that page's carved blocks.
  * Regions that do not fit in the arena are mapped anywhere; free() takes
- * the slow path for them (hk_region_map, below). */
+ * the slow path for them (hk_region_map, below). Until the arena is
+ * reserved (and if it never is), hk_arena_base is 2^63: every user address
+ * is then "outside", and no table is read. */
 #define HK_ARENA_SLABS ((uintptr_t)1 << 20)
-extern char *hk_arena_base;       /* before initialisation: &hk_page_empty */
-extern _Atomic uintptr_t hk_page_table[HK_ARENA_SLABS];
+#define HK_PAGE_TABLE_BYTES (HK_ARENA_SLABS * sizeof(uintptr_t))
+extern char *hk_arena_base;
 void hk_region_init(void); /* the arena and the number of region lists */
 
 /* The slab index of p in the page table's range (>= HK_ARENA_SLABS: outside). */
 HK_INLINE uintptr_t hk_arena_slab(uintptr_t p) { return (p - (uintptr_t)hk_arena_base) >> HK_SLAB_SHIFT; }
+HK_INLINE _Atomic uintptr_t *hk_page_table(void) {
+  return (_Atomic uintptr_t *)(hk_arena_base - HK_PAGE_TABLE_BYTES);
+}
 HK_INLINE hk_page *hk_arena_page(uintptr_t slab) {
-  return (hk_page *)(hk_arena_base + atomic_load_explicit(&hk_page_table[slab], memory_order_relaxed));
+  return (hk_page *)(hk_arena_base + atomic_load_explicit(&hk_page_table()[slab], memory_order_relaxed));
 }
 
 /* ---- ownership bitmap: one bit per 4 MiB of address space ---- */
@@ -588,14 +595,14 @@ bool hk_page_contains_free(hk_page *page, hk_block *b);
 
 /* ---- remote.c: frees of other heaps' blocks ---- */
 void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b);
-void *hk_malloc_foreign(hk_heap *h, size_t size); /* malloc while h->foreign_bytes != 0 */
+void *hk_malloc_foreign(size_t size, hk_heap *h); /* malloc while h->foreign_bytes != 0 */
 void hk_reclaim_fork_prepare(void);
 void hk_reclaim_fork_done(void);
 void hk_foreign_flush_all(hk_heap *h);
 bool hk_foreign_tagged(const hk_page *page, const hk_block *b);
 
 /* ---- heap.c ---- */
-void *hk_malloc_slow(hk_heap *heap, size_t size);
+void *hk_malloc_slow(size_t size, hk_heap *heap);
 hk_heap *hk_heap_get(void);                       /* this thread's heap, created if needed */
 void hk_heap_page_emptied(hk_heap *heap, hk_page *page);
 void hk_heap_collect(hk_heap *heap, bool release_all);

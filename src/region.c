@@ -24,8 +24,7 @@ _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
  * memory and no commit charge; a region slot is committed when a region
  * needs it and decommitted when the region is given back (one mmap each,
  * as mapping and unmapping a region cost before). Slot 0 stays unused. */
-char *hk_arena_base = (char *)&hk_page_empty;
-_Atomic uintptr_t hk_page_table[HK_ARENA_SLABS];
+char *hk_arena_base = (char *)((uintptr_t)1 << 63);
 #define ARENA_REGIONS (HK_ARENA_SLABS / HK_SLABS)
 static size_t arena_regions;                   /* slots reserved, slot 0 included */
 static size_t arena_next = 1;                  /* slots below this were used once */
@@ -34,11 +33,13 @@ static uint64_t arena_free[ARENA_REGIONS / 64]; /* bit i: slot i (< arena_next) 
 static void arena_init(void) {
   size_t want = (size_t)hk_opt.arena_mb / (HK_REGION_SIZE >> 20);
   for (size_t n = want < ARENA_REGIONS ? want : ARENA_REGIONS; n >= 2; n /= 4) {
-    char *base = hk_os_reserve(n * HK_REGION_SIZE, HK_REGION_SIZE);
-    if (base == NULL) continue;
-    /* slot 0's header reads as zeros: the page of every unused table entry */
-    if (!hk_os_commit(base, HK_OS_PAGE)) {
-      hk_os_unmap(base, n * HK_REGION_SIZE);
+    char *table = hk_os_reserve(HK_PAGE_TABLE_BYTES + n * HK_REGION_SIZE, HK_REGION_SIZE);
+    if (table == NULL) continue;
+    char *base = table + HK_PAGE_TABLE_BYTES;
+    /* the table (zero: untouched entries take no memory), and slot 0's
+     * header, which reads as zeros: the page of every unused table entry */
+    if (!hk_os_commit(table, HK_PAGE_TABLE_BYTES) || !hk_os_commit(base, HK_OS_PAGE)) {
+      hk_os_unmap(table, HK_PAGE_TABLE_BYTES + n * HK_REGION_SIZE);
       return;
     }
     hk_arena_base = base;
@@ -102,7 +103,7 @@ static void table_set(hk_region *r, unsigned first, unsigned n, const hk_page *p
   uintptr_t slab = hk_arena_slab((uintptr_t)r + (uintptr_t)first * HK_SLAB_SIZE);
   if (slab >= HK_ARENA_SLABS || slab + n > HK_ARENA_SLABS) return;
   uintptr_t v = page ? (uintptr_t)((const char *)page - hk_arena_base) : 0;
-  for (unsigned k = 0; k < n; k++) atomic_store_explicit(&hk_page_table[slab + k], v, memory_order_relaxed);
+  for (unsigned k = 0; k < n; k++) atomic_store_explicit(&hk_page_table()[slab + k], v, memory_order_relaxed);
 }
 
 /* Bits first .. first+n-1. */

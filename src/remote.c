@@ -193,8 +193,8 @@ static void *foreign_pop(hk_heap *h, unsigned cls) {
 /* malloc while the cache holds blocks: those of the class come first. A
  * thread that takes its blocks from here may not search pages for a long
  * time, so it notes the time here too, every 64 blocks (see owner_idle). */
-void *hk_malloc_foreign(hk_heap *h, size_t size) {
-  if (size > HK_MEDIUM_MAX) return hk_malloc_slow(h, size);
+void *hk_malloc_foreign(size_t size, hk_heap *h) {
+  if (size > HK_MEDIUM_MAX) return hk_malloc_slow(size, h);
   unsigned cls = hk_size_class(size);
   if (h->foreign[cls] != NULL) {
     if (HK_UNLIKELY((h->stats.foreign_reused & 63) == 0))
