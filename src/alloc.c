@@ -70,7 +70,7 @@ void *hk_realloc(void *p, size_t size) {
     /* a freed block first: its size (hardened mode: the trailer) is gone */
     hk_page *page = hk_page_of(r, p);
     if (hk_is_carved_block(page, (uintptr_t)p) &&
-        hk_looks_free((hk_block *)p, page->key) &&
+        hk_looks_free(page, (hk_block *)p) &&
         atomic_load_explicit(&page->heap, memory_order_relaxed) == hk_owner_tag(hk_tls_heap) &&
         hk_page_contains_free(page, (hk_block *)p))
       hk_fatal("realloc() of a freed block", p);

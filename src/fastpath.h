@@ -51,7 +51,7 @@ HK_INLINE void hk_free_to_page(hk_page *page, void *p, void (*invalid)(void *)) 
     if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap)) {
       uintptr_t key = page->key;
       /* every call below is a tail call: no registers to save here */
-      if (HK_UNLIKELY(hk_looks_free(b, key))) {
+      if (HK_UNLIKELY(hk_looks_free(page, b))) {
         hk_free_local_checked(heap, page, b);
         return;
       }

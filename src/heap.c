@@ -934,7 +934,7 @@ static void span_block_sized(hk_page *page, unsigned color_slabs) {
   page->cls = (uint8_t)hk_size_class(bs);
   page->block_size = bs;
   page->div_magic = hk_div_magic(bs);
-  hk_page_set_area(page);
+  hk_page_set_carved(page);
 }
 
 /* Resize h's span block `page` (its block live) to hold size bytes

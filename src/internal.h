@@ -129,14 +129,6 @@ HK_INLINE void hk_link_set(hk_block *b, const hk_block *next, uintptr_t key) {
  * block's own 4 MiB region, which is what hk_looks_free tests. */
 HK_INLINE bool hk_list_end(const hk_block *b) { return ((uintptr_t)b & HK_REGION_MASK) == 0; }
 
-/* A block whose first word decodes to an address in its own region looks
- * free already (a double free, unless user data matches by construction);
- * live blocks start with 0 (malloc clears the link) or user data, which
- * decodes to garbage because hk_key is random with its high bits set. */
-HK_INLINE bool hk_looks_free(const hk_block *b, uintptr_t key) {
-  return ((b->link ^ key ^ (uintptr_t)b) >> HK_REGION_SHIFT) == 0;
-}
-
 /* ---- pages ----
  * A page is a span of slabs serving one size class for one heap. The owner
  * thread uses `free`, `used` and `capacity` without atomics; other threads
@@ -166,22 +158,22 @@ typedef struct hk_page {
   /* bytes 0..15 are read for any slab index, including slab 0, whose slot
    * holds the region header instead (zero there, see hk_region) */
   _Atomic uint64_t carved_bound; /* free()'s test of a block start, see hk_is_carved_block;
-                                    0: no block carved, or not a live page */
-  _Atomic uint32_t area;     /* capacity * block_size: the carved blocks; 0 = none, or not a live page.
-                                grows while other threads may read it (relaxed: a plain load) */
+                                    0: no block carved, or not a live page. Grows while other
+                                    threads may read it (relaxed: a plain load) */
   uint16_t back;             /* in a span's later slabs: bytes back to the head slab's hk_page */
   uint8_t nslabs;            /* in a head slab: span length */
   uint8_t cls;
+  uint32_t block_size;
   uintptr_t start;           /* first block */
   uint64_t div_magic;        /* hk_div_magic(block_size): the divisibility test's multiplier */
   _Atomic(struct hk_heap *) heap; /* owner; NULL while abandoned */
   uintptr_t key;             /* this page's free-list encoding key */
-  uint32_t block_size;
+  uintptr_t free_check;      /* key ^ the region's base: see hk_looks_free */
   uint32_t reserved;         /* blocks that fit in the span */
   _Atomic uint8_t reclaiming; /* a remote freer is giving the parked page back (remote.c) */
   uint8_t untrimmed;         /* heap.c: its span beyond the carved blocks may hold memory to purge */
   uint8_t held;              /* heap.c: an empty page left in its class's queue, in held_bytes */
-  uint8_t pad0[5];
+  uint8_t pad0[1];
   /* second cache line */
   hk_block *free;            /* owner's free list */
   uint32_t used;             /* blocks handed out and not yet returned to `free`, plus a base
@@ -243,9 +235,9 @@ HK_INLINE void hk_page_park_note(hk_page *page, uint32_t used) {
 /* ---- regions ----
  * The header is the page array. Slab 0 holds the header itself, so
  * pages[0] never describes a page; its slot carries the region's own fields
- * instead, after 16 zero bytes that overlay pages[0].carved_bound, .area
- * and .back so that free() of a pointer into slab 0 (a large block's data,
- * or garbage) sees "not a live page". */
+ * instead, after 16 zero bytes that overlay pages[0].carved_bound and
+ * .back so that free() of a pointer into slab 0 (a large block's data, or
+ * garbage) sees "not a live page". */
 #define HK_MAGIC_REGION 0x686b7267u /* "hkrg" */
 enum { HK_KIND_SMALL = 1, HK_KIND_LARGE = 2 };
 enum { HK_LARGE_LIVE = 1, HK_LARGE_CACHED = 2 };
@@ -254,7 +246,7 @@ typedef struct hk_region {
   union {
     hk_page pages[HK_SLABS];
     struct {
-      uint64_t zero_guard[2];    /* = pages[0].carved_bound/area/back/nslabs/cls: always 0 */
+      uint64_t zero_guard[2];    /* = pages[0].carved_bound/back/nslabs/cls/block_size: always 0 */
       uint32_t magic;
       uint32_t kind;
       struct hk_region_info *info; /* small regions: the span search's view (region.c) */
@@ -330,8 +322,17 @@ HK_INLINE hk_page *hk_page_of(hk_region *r, const void *p) {
   return (hk_page *)((char *)meta - meta->back);
 }
 
-HK_INLINE uint32_t hk_page_area(const hk_page *page) {
-  return atomic_load_explicit(&((hk_page *)page)->area, memory_order_relaxed);
+/* The carved blocks' bytes (the owner's view: capacity is its own). */
+HK_INLINE uint32_t hk_page_area(const hk_page *page) { return page->capacity * page->block_size; }
+
+/* A block whose first word decodes to an address in its own region looks
+ * free already (a double free, unless user data matches by construction);
+ * live blocks start with 0 (malloc clears the link) or user data, which
+ * decodes to garbage because hk_key is random with its high bits set. A
+ * free block's link is (next ^ key), next in the block's region, so
+ * link ^ key ^ region base, i.e. link ^ free_check, is below 2^22. */
+HK_INLINE bool hk_looks_free(const hk_page *page, const hk_block *b) {
+  return ((b->link ^ page->free_check) >> HK_REGION_SHIFT) == 0;
 }
 
 /* The test of a block start is one multiply (Lemire, Kaser and Kurz,
@@ -348,15 +349,14 @@ HK_INLINE uint64_t hk_div_magic(uint32_t bs) {
   uint64_t m = UINT64_MAX / bs + 1; /* ceil(2^64 / bs), e = 0 for a power of two */
   return (bs & (bs - 1)) == 0 ? m + 1 : m;
 }
-HK_INLINE void hk_page_set_area(hk_page *page) {
+HK_INLINE void hk_page_set_carved(hk_page *page) {
   uint64_t e = page->div_magic * page->block_size; /* mod 2^64 */
   uint32_t cap = page->capacity;
-  atomic_store_explicit(&page->area, cap * page->block_size, memory_order_relaxed);
   atomic_store_explicit(&page->carved_bound, cap == 0 ? 0 : (uint64_t)(cap - 1) * e + 1, memory_order_relaxed);
 }
-HK_INLINE void hk_page_clear_area(hk_page *page) {
+/* No block of the page can be freed any more (not a live page). */
+HK_INLINE void hk_page_clear_carved(hk_page *page) {
   atomic_store_explicit(&page->carved_bound, 0, memory_order_relaxed);
-  atomic_store_explicit(&page->area, 0, memory_order_relaxed);
 }
 
 /* p - page->start is a multiple of the block size (off < 2^32). */

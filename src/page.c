@@ -57,6 +57,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
   }
   page->div_magic = hk_div_magic(bs);
   page->key = page->free_key = page_key(page);
+  page->free_check = page->key ^ (uintptr_t)hk_region_of(page);
   page->cls = (uint8_t)cls;
   page->free = (hk_block *)hk_region_of(page); /* empty list: ends at the region base */
   page->used = (uint32_t)HK_USED_NORMAL;
@@ -64,7 +65,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
   atomic_store_explicit(&page->remote, HK_PAGE_NORMAL, memory_order_relaxed);
   /* area grows as blocks are carved (hk_page_extend): free() of a block
    * that was never handed out fails the fast path's range test */
-  hk_page_clear_area(page);
+  hk_page_clear_carved(page);
 }
 
 /* Carve the next HK_EXTEND_BYTES of untouched blocks (or one block) onto
@@ -92,7 +93,7 @@ bool hk_page_extend(hk_page *page) {
   hk_link_set((hk_block *)b, page->free, key);
   page->free = (hk_block *)first;
   page->capacity += n;
-  hk_page_set_area(page);
+  hk_page_set_carved(page);
   return true;
 }
 

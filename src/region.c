@@ -591,12 +591,12 @@ static span_pick search(region_list *l, unsigned n, unsigned cls, unsigned room)
 
 /* Records from..n-1 of the span whose head is page: each only leads to the
  * head (hk_page_of reads `back` and nothing else of a later slab's record;
- * its bound and area are cleared, as a stale table entry may name it; the
+ * its bound is cleared, as a stale table entry may name it; the
  * rest is rewritten when the slab heads a span). Clearing all 128 bytes
  * of each, up to 2 KiB a span, was 4 % of big_mixed's instructions. */
 static void link_tail(hk_page *page, unsigned from, unsigned n) {
   for (unsigned k = from; k < n; k++) {
-    hk_page_clear_area(&page[k]);
+    hk_page_clear_carved(&page[k]);
     page[k].back = (uint16_t)(k * sizeof(hk_page));
     page[k].nslabs = 0;
     page[k].cls = 0;
@@ -673,7 +673,7 @@ static void free_span(hk_page *page, bool committed) {
   unsigned i = (unsigned)(page - reg->pages), n = page->nslabs;
   hk_slabmask run = slab_bits(i, n);
   uint8_t last = (uint8_t)(page->cls + 1);
-  /* The head's record reads "not a live page" from now on (area 0); the
+  /* The head's record reads "not a live page" from now on (bound 0); the
    * others keep their offsets to it, which lead stale pointers there, and
    * are rewritten by the next span that takes their slabs. Still the
    * caller's until the mask says free. */

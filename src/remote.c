@@ -92,7 +92,7 @@ static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t
                                                        memory_order_acq_rel, memory_order_relaxed);
   if (taken) {
     if (atomic_load_explicit(&page->park, memory_order_acquire) == park) {
-      hk_page_clear_area(page); /* a stray free now fails the range test */
+      hk_page_clear_carved(page); /* a stray free now fails the range test */
       hk_os_purge((void *)hk_page_span_start(page), (size_t)page->nslabs << HK_SLAB_SHIFT);
       hk_stat_add(pages_reclaimed, 1);
     } else {
@@ -221,7 +221,7 @@ HK_INLINE bool owner_idle(const hk_heap *self, const hk_heap *owner) {
 static HK_NOINLINE void secure_free(hk_heap *self, hk_page *page, hk_block *b) {
   hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_acquire);
   bool mine = self != &hk_heap_empty && owner == hk_owner_tag(self);
-  if (hk_looks_free(b, page->key) && (!mine || hk_page_contains_free(page, b)))
+  if (hk_looks_free(page, b) && (!mine || hk_page_contains_free(page, b)))
     hk_fatal(mine ? "double free detected" : "double free detected (block freed again by another thread)", b);
   hk_secure_check_free(page, b);
   if (mine) {
@@ -260,7 +260,7 @@ void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b) {
     secure_free(self, page, b);
     return;
   }
-  if (HK_UNLIKELY(hk_looks_free(b, page->key))) {
+  if (HK_UNLIKELY(hk_looks_free(page, b))) {
     /* Only the owner may walk the page's lists to confirm, and pushing the
      * block would corrupt the list (or cache) it is already on. A live
      * block's first word is 0 or user data, which matches a free link only

@@ -118,5 +118,5 @@ void hk_secure_shuffle_extend(hk_page *page, uint32_t n) {
   hk_link_set(prev, page->free, page->key);
   page->free = first;
   page->capacity += n;
-  hk_page_set_area(page);
+  hk_page_set_carved(page);
 }

@@ -23,7 +23,7 @@ static void set_page(hk_page *pg, uintptr_t start, uint32_t bs, uint32_t cap) {
   pg->block_size = bs;
   pg->div_magic = hk_div_magic(bs);
   pg->capacity = cap;
-  hk_page_set_area(pg);
+  hk_page_set_carved(pg);
 }
 
 static void expect(const hk_page *pg, int64_t off, uint32_t cap) {
@@ -97,7 +97,7 @@ int main(void) {
   }
   hk_page pg = {0};
   set_page(&pg, 0x7f0000410000, 64, 100);
-  hk_page_clear_area(&pg);
+  hk_page_clear_carved(&pg);
   for (int64_t off = 0; off < 6400; off += 64) {
     if (hk_is_carved_block(&pg, pg.start + (uintptr_t)off) && failures++ < 10)
       fprintf(stderr, "test_blockcheck: a cleared page took offset %lld\n", (long long)off);
