@@ -663,6 +663,10 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
     if (!hk_secure && !h->moving && h->held_bytes + carved <= HK_HELD_BYTES) {
       h->held[cls] = carved;
       h->held_bytes += carved;
+      /* as a single-slab current page: it stays when it empties again
+       * (with one or two medium blocks of a class live, nearly every free
+       * of one came here; uncurrent() ends it) */
+      hk_page_set_state(page, HK_USED_CURRENT);
     } else {
       queue_remove(&h->queues[cls], page);
       retire_page(h, page);
