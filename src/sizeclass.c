@@ -59,13 +59,18 @@ uint8_t hk_class_foreign_max[HK_NCLASSES];
  * parked full and unparked by the next free into it (mid_large_mt,
  * 2 threads x 1M operations under callgrind: 75k slow-path mallocs and 70k
  * parks; with 8 blocks 36k and 21k, 7.6 % fewer instructions in all;
- * +6 % ops/s; 2026-11-25, docs/BENCHMARKS.md). Up to 32 KiB, twice as many:
+ * +6 % ops/s; 2026-11-25, docs/BENCHMARKS.md). Up to 32 KiB, 16 blocks:
  * mid_large_mt (8-32 KiB blocks) 3.0 % fewer instructions again and 1.07x
- * ops/s, realloc_growth 1.07x, no change in peak RSS. Above 32 KiB that
- * raised fragmentation's peak RSS / live bytes from 1.30 to 1.33 (most of
- * its bytes are in 32-64 KiB blocks, whose longer pages empty less often
- * when it frees 90 % of them); up to 32 KiB it stays 1.30. */
-static unsigned medium_min_blocks(uint32_t bs) { return bs <= 32768 ? 16 : 8; }
+ * ops/s, realloc_growth 1.07x, no change in peak RSS; 32 blocks (which
+ * changes the classes of 12, 16, 20 ... 32 KiB, whose pages held 15 padded
+ * blocks; the others already held 31 or 63): with 1024 blocks live a
+ * thread, 22.6k -> 11.8k slow-path mallocs in 600k operations, 4.3 % fewer
+ * instructions, 1.05x ops/s and peak RSS 23.6 -> 22.6 MiB; with 256, 1.02x
+ * and 11.1 -> 10.1 MiB (2026-11-26). Above 32 KiB, 16 blocks raised
+ * fragmentation's peak RSS / live bytes from 1.30 to 1.33 (most of its
+ * bytes are in 32-64 KiB blocks, whose longer pages empty less often when
+ * it frees 90 % of them); up to 32 KiB it stays 1.30. */
+static unsigned medium_min_blocks(uint32_t bs) { return bs <= 32768 ? 32 : 8; }
 
 static unsigned span_for(uint32_t bs) {
   if (bs <= 8192) return 1;
