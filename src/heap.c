@@ -725,10 +725,14 @@ static void purge_free_blocks(hk_page *page) {
  * phases fell against the clock; 1.69 without the trigger); a loop whose
  * live spans stay level does not trigger it. Not in hardened mode 2, where
  * a free block must stay all zero. */
+/* (the clock on every 8th call only, as region.c's due_purge) */
+HK_INLINE bool purge_blocks_due(hk_heap *h) {
+  return h->growth_epoch != atomic_load_explicit(&hk_growth_epoch, memory_order_relaxed) ||
+         (++h->purge_calls % 8) == 0 || hk_opt.purge_delay_ms == 0;
+}
+
 static void purge_blocks(hk_heap *h, bool force) {
   uint32_t epoch = atomic_load_explicit(&hk_growth_epoch, memory_order_relaxed);
-  /* (the clock on every 8th call only, as region.c's due_purge) */
-  if (!force && h->growth_epoch == epoch && (++h->purge_calls % 8) != 0 && hk_opt.purge_delay_ms != 0) return;
   uint64_t now = hk_os_now_ms();
   bool timed = force || now >= h->block_purge_ms;
   if (!timed && h->growth_epoch == epoch) return;
@@ -829,9 +833,11 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     queue_push_front(q, p);
   }
   if (carvable != NULL && hk_page_extend(carvable)) return make_current(h, cls, carvable);
-  /* about to take a new span: first give back the inside of free blocks */
-  purge_blocks(h, false);
-  hk_abandoned_sweep(false, false);
+  /* about to take a new span: first give back the inside of free blocks
+   * (both calls made only when due: with one block a page, as for 64 KiB
+   * and more, this runs on nearly every malloc) */
+  if (purge_blocks_due(h)) purge_blocks(h, false);
+  if (atomic_load_explicit(&hk_abandoned_hint, memory_order_relaxed)) hk_abandoned_sweep(false, false);
   hk_page *p = fresh_page(h, cls, hk_class_slabs[cls], 0);
   if (p == NULL) {
     set_current(h, cls);
