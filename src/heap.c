@@ -725,12 +725,6 @@ static void purge_free_blocks(hk_page *page) {
  * phases fell against the clock; 1.69 without the trigger); a loop whose
  * live spans stay level does not trigger it. Not in hardened mode 2, where
  * a free block must stay all zero. */
-/* (the clock on every 8th call only, as region.c's due_purge) */
-HK_INLINE bool purge_blocks_due(hk_heap *h) {
-  return h->growth_epoch != atomic_load_explicit(&hk_growth_epoch, memory_order_relaxed) ||
-         (++h->purge_calls % 8) == 0 || hk_opt.purge_delay_ms == 0;
-}
-
 static void purge_blocks(hk_heap *h, bool force) {
   uint32_t epoch = atomic_load_explicit(&hk_growth_epoch, memory_order_relaxed);
   uint64_t now = hk_os_now_ms();
@@ -752,6 +746,13 @@ static void purge_blocks(hk_heap *h, bool force) {
   }
   if (timed)
     for (hk_page *p = h->full; p != NULL; p = p->next) trim_tail(p); /* a page of one block is full */
+}
+
+/* Whether purge_blocks(h, false) may have work: the program grew, or this
+ * is every 8th call (the clock is read then only, as region.c's due_purge). */
+HK_INLINE bool purge_blocks_due(hk_heap *h) {
+  return h->growth_epoch != atomic_load_explicit(&hk_growth_epoch, memory_order_relaxed) ||
+         (++h->purge_calls % 8) == 0 || hk_opt.purge_delay_ms == 0;
 }
 
 /* ---- the malloc slow path ---- */

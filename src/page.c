@@ -63,8 +63,8 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->used = (uint32_t)HK_USED_NORMAL;
   page->capacity = 0;
   atomic_store_explicit(&page->remote, HK_PAGE_NORMAL, memory_order_relaxed);
-  /* area grows as blocks are carved (hk_page_extend): free() of a block
-   * that was never handed out fails the fast path's range test */
+  /* the bound grows as blocks are carved (hk_page_extend): free() of a
+   * block that was never handed out fails the fast path's test */
   hk_page_clear_carved(page);
 }
 
