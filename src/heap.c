@@ -306,7 +306,7 @@ static hk_heap *heap_new(void) {
   atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
   memset(h->queues, 0, sizeof h->queues);
   memset(h->foreign, 0, sizeof h->foreign);
-  memset(h->foreign_count, 0, sizeof h->foreign_count);
+  for (unsigned c = 0; c < HK_NCLASSES; c++) h->foreign_room[c] = hk_class_foreign_max[c];
   h->foreign_bytes = 0;
   h->full = NULL;
   h->block_purge_ms = 0;

@@ -397,7 +397,8 @@ typedef struct hk_heap {
   uint32_t searches;              /* page searches (find_page) */
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
   hk_block *foreign[HK_NCLASSES];  /* blocks of other heaps' pages freed here (remote.c) */
-  uint16_t foreign_count[HK_NCLASSES];
+  uint16_t foreign_room[HK_NCLASSES]; /* blocks the class's cache may still take: hk_class_foreign_max
+                                       less those it holds (0 in hk_heap_empty: it keeps none) */
   hk_page *full;                  /* parked full pages (doubly linked) */
   uint32_t held_bytes;            /* carved bytes of held pages: held[] and pages marked held */
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:

@@ -155,8 +155,8 @@ bool hk_foreign_tagged(const hk_page *page, const hk_block *b) { return b->link 
 static void foreign_flush(hk_heap *h, unsigned cls) {
   hk_block *b = h->foreign[cls];
   h->foreign[cls] = NULL;
-  h->foreign_bytes -= (uint32_t)h->foreign_count[cls] * hk_class_size[cls];
-  h->foreign_count[cls] = 0;
+  h->foreign_bytes -= (uint32_t)(hk_class_foreign_max[cls] - h->foreign_room[cls]) * hk_class_size[cls];
+  h->foreign_room[cls] = hk_class_foreign_max[cls];
   while (b != NULL) {
     hk_page *page = hk_page_of(hk_region_of(b), b);
     hk_block *first = b, *last = b, *next = foreign_next(b);
@@ -179,10 +179,10 @@ void hk_foreign_flush_all(hk_heap *h) {
     if (h->foreign[c] != NULL) foreign_flush(h, c);
 }
 
-static void *foreign_pop(hk_heap *h, unsigned cls) {
+HK_INLINE void *foreign_pop(hk_heap *h, unsigned cls) {
   hk_block *b = h->foreign[cls];
   h->foreign[cls] = foreign_next(b);
-  h->foreign_count[cls]--;
+  h->foreign_room[cls]++;
   h->foreign_bytes -= hk_class_size[cls];
   b->link = 0; /* a live block must not look free */
   (&b->link)[1] = 0;
@@ -193,12 +193,18 @@ static void *foreign_pop(hk_heap *h, unsigned cls) {
 /* malloc while the cache holds blocks: those of the class come first. A
  * thread that takes its blocks from here may not search pages for a long
  * time, so it notes the time here too, every 64 blocks (see owner_idle). */
+static HK_NOINLINE void *foreign_pop_noting_time(unsigned cls, hk_heap *h) {
+  atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
+  return foreign_pop(h, cls);
+}
+
 void *hk_malloc_foreign(size_t size, hk_heap *h) {
   if (size > HK_MEDIUM_MAX) return hk_malloc_slow(size, h);
   unsigned cls = hk_size_class(size);
   if (h->foreign[cls] != NULL) {
-    if (HK_UNLIKELY((h->stats.foreign_reused & 63) == 0))
-      atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
+    /* (the clock in a call of its own: here, its call made every pop save
+     * and restore registers) */
+    if (HK_UNLIKELY((h->stats.foreign_reused & 63) == 0)) return foreign_pop_noting_time(cls, h);
     return foreign_pop(h, cls);
   }
   return hk_malloc_from(h, h->direct[cls], size);
@@ -237,22 +243,30 @@ HK_INLINE void foreign_keep(hk_heap *self, const hk_page *page, hk_block *b, uns
   b->link = foreign_tag(page, b);
   (&b->link)[1] = (uintptr_t)self->foreign[cls] ^ hk_key;
   self->foreign[cls] = b;
-  self->foreign_count[cls]++;
+  self->foreign_room[cls]--;
   self->foreign_bytes += hk_class_size[cls];
   self->stats.remote_frees++;
 }
 
-/* The cache is full for b's class, or in all: make room, then keep b.
+/* The common path's tests failed: the block goes back to its page (this
+ * thread keeps no cache, the class has none, or the owner is gone or
+ * idle), or the cache is full for b's class, or in all, and makes room.
  * Out of line, so that the common path below saves no registers (it was
  * 29 instructions a remote free, 12 of them saving and restoring). */
-static HK_NOINLINE void foreign_keep_full(hk_heap *self, hk_page *page, hk_block *b) {
+static HK_NOINLINE void free_remote_other(hk_heap *self, hk_page *page, hk_block *b, hk_heap *owner) {
   unsigned cls = page->cls;
-  if (self->foreign_count[cls] >= hk_class_foreign_max[cls]) foreign_flush(self, cls);
+  /* A block of an exited thread's page (no owner) goes straight back, so
+   * the page can empty and be reused or given back: kept here, it pinned
+   * its page for as long as this thread allocated nothing of the class
+   * (thread_churn's main thread: peak RSS 4268 -> 4148 KiB). */
+  if (self == &hk_heap_empty || hk_class_foreign_max[cls] == 0 || owner == NULL || owner_idle(self, owner)) {
+    remote_push(page, b, b, 1);
+    return;
+  }
+  if (self->foreign_room[cls] == 0) foreign_flush(self, cls);
   if (self->foreign_bytes + hk_class_size[cls] > HK_FOREIGN_BYTES) hk_foreign_flush_all(self);
   foreign_keep(self, page, b, cls);
 }
-
-static HK_NOINLINE void push_one(hk_page *page, hk_block *b) { remote_push(page, b, b, 1); }
 
 /* self: this thread's heap, or hk_heap_empty (no heap yet, or exiting). */
 void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b) {
@@ -270,17 +284,11 @@ void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b) {
   }
   unsigned cls = page->cls;
   hk_heap *owner = hk_owner_untag(atomic_load_explicit(&page->heap, memory_order_relaxed));
-  /* A block of an exited thread's page (no owner) goes straight back, so
-   * the page can empty and be reused or given back: kept here, it pinned
-   * its page for as long as this thread allocated nothing of the class
-   * (thread_churn's main thread: peak RSS 4268 -> 4148 KiB). */
-  if (self == &hk_heap_empty || hk_class_foreign_max[cls] == 0 || owner == NULL || owner_idle(self, owner)) {
-    push_one(page, b);
-    return;
-  }
-  if (HK_UNLIKELY(self->foreign_count[cls] >= hk_class_foreign_max[cls] ||
-                  self->foreign_bytes + hk_class_size[cls] > HK_FOREIGN_BYTES)) {
-    foreign_keep_full(self, page, b);
+  /* room 0 also stands for "no cache here" (hk_heap_empty) and "no cache
+   * for the class" (its maximum is 0): one test for the three */
+  if (HK_UNLIKELY(self->foreign_room[cls] == 0 || self->foreign_bytes + hk_class_size[cls] > HK_FOREIGN_BYTES ||
+                  owner == NULL || owner_idle(self, owner))) {
+    free_remote_other(self, page, b, owner);
     return;
   }
   foreign_keep(self, page, b, cls);
