@@ -62,7 +62,7 @@ HK_INLINE void hk_free_to_page(hk_page *page, void *p, void (*invalid)(void *)) 
       if (HK_UNLIKELY((int32_t)--page->used < 0)) hk_heap_page_emptied(heap, page);
       return;
     }
-    hk_free_remote(heap, page, b);
+    hk_free_remote(b, page, heap);
     return;
   }
   invalid(p);

@@ -595,7 +595,7 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state);
 bool hk_page_contains_free(hk_page *page, hk_block *b);
 
 /* ---- remote.c: frees of other heaps' blocks ---- */
-void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b);
+void hk_free_remote(hk_block *b, hk_page *page, hk_heap *self); /* (the order free() has them in) */
 void *hk_malloc_foreign(size_t size, hk_heap *h); /* malloc while h->foreign_bytes != 0 */
 void hk_reclaim_fork_prepare(void);
 void hk_reclaim_fork_done(void);

@@ -224,7 +224,7 @@ HK_INLINE bool owner_idle(const hk_heap *self, const hk_heap *owner) {
 
 /* Hardened mode sends every free here (pages store their owner tagged, so
  * the fast path's owner test never matches): full checks, no cache. */
-static HK_NOINLINE void secure_free(hk_heap *self, hk_page *page, hk_block *b) {
+static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
   hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_acquire);
   bool mine = self != &hk_heap_empty && owner == hk_owner_tag(self);
   if (hk_looks_free(page, b) && (!mine || hk_page_contains_free(page, b)))
@@ -253,7 +253,7 @@ HK_INLINE void foreign_keep(hk_heap *self, const hk_page *page, hk_block *b, uns
  * idle), or the cache is full for b's class, or in all, and makes room.
  * Out of line, so that the common path below saves no registers (it was
  * 29 instructions a remote free, 12 of them saving and restoring). */
-static HK_NOINLINE void free_remote_other(hk_heap *self, hk_page *page, hk_block *b, hk_heap *owner) {
+static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *self, hk_heap *owner) {
   unsigned cls = page->cls;
   /* A block of an exited thread's page (no owner) goes straight back, so
    * the page can empty and be reused or given back: kept here, it pinned
@@ -269,9 +269,9 @@ static HK_NOINLINE void free_remote_other(hk_heap *self, hk_page *page, hk_block
 }
 
 /* self: this thread's heap, or hk_heap_empty (no heap yet, or exiting). */
-void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b) {
+void hk_free_remote(hk_block *b, hk_page *page, hk_heap *self) {
   if (hk_secure) {
-    secure_free(self, page, b);
+    secure_free(b, page, self);
     return;
   }
   if (HK_UNLIKELY(hk_looks_free(page, b))) {
@@ -288,7 +288,7 @@ void hk_free_remote(hk_heap *self, hk_page *page, hk_block *b) {
    * for the class" (its maximum is 0): one test for the three */
   if (HK_UNLIKELY(self->foreign_room[cls] == 0 || self->foreign_bytes + hk_class_size[cls] > HK_FOREIGN_BYTES ||
                   owner == NULL || owner_idle(self, owner))) {
-    free_remote_other(self, page, b, owner);
+    free_remote_other(b, page, self, owner);
     return;
   }
   foreign_keep(self, page, b, cls);
