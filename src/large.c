@@ -1,6 +1,6 @@
 /* Large blocks (> 1 MiB, or alignment > 64 KiB): each is its own 4 MiB-
- * aligned mapping with a 4 KiB header, so free() finds it by the same
- * mask-and-bitmap lookup as small blocks.
+ * aligned mapping with a 128-byte header (hk_region) at its start, so
+ * free() finds it by the same mask-and-bitmap lookup as small blocks.
  *
  * Freed mappings are kept in a small cache (the "whale cache") for
  * hk_opt.purge_delay_ms, so a program that allocates and frees a large
@@ -12,6 +12,8 @@
 #include <string.h>
 
 pthread_mutex_t hk_large_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#define LARGE_META sizeof(hk_page) /* the header's bytes: the region record (slot 0) */
 
 #define CACHE_MAX 64
 static hk_region *cache[CACHE_MAX]; /* hk_large_lock */
@@ -52,6 +54,7 @@ static void cache_enforce_budget_locked(uint64_t now) {
         old = cache[i];
     if (old == NULL) break;
     hk_os_purge((char *)old + data_page(old), old->cached_resident);
+    if (!hk_secure) memset((char *)old + LARGE_META, 0, HK_OS_PAGE - LARGE_META); /* the header's page */
     cache_resident -= old->cached_resident;
     old->cached_resident = 0;
     old->large_zero = 1; /* its data reads back as zeros */
@@ -202,21 +205,24 @@ static hk_region *cache_take(size_t need, size_t off) {
  * aligned, so data at one fixed offset would put the same byte of every
  * block's every page in the same cache sets: a loop that writes each 4 KiB
  * page of a few 2 MiB blocks (fixed_2m) ran at 0.65x glibc, all L2 misses.
- * Blocks aligned to at most 64 bytes start at one of HK_COLORS cache-line offsets
- * into the first data page instead (hk_color_offset; the mapping has one page more
- * for it). The header page stays the header's alone: free() of a pointer
- * anywhere in the mapping reads it (see hk_region). Hardened mode keeps the
- * data on a page boundary, behind its guard page. */
+ * Blocks aligned to at most 64 bytes start at one of 62 cache-line offsets
+ * after the header (the hk_region record, LARGE_META bytes), in the header's
+ * own page: a block of whole pages then spans one page more than its data,
+ * not two (until 2026-11-26 the header had a page of its own, and a 2 MiB
+ * block touched 514 pages). Aligned blocks start at their alignment.
+ * Hardened mode keeps the data on a page boundary, behind its guard page,
+ * and the header on a page of its own. */
 static size_t data_offset(size_t align) {
   if (hk_secure) return align <= HK_LARGE_HEADER ? HK_LARGE_HEADER + HK_GUARD : align;
-  if (align > 64) return align <= HK_LARGE_HEADER ? HK_LARGE_HEADER : align;
-  return HK_LARGE_HEADER + hk_color_offset();
+  if (align > 64) return align < LARGE_META ? LARGE_META : align;
+  return LARGE_META + hk_color_offset() % (HK_OS_PAGE - LARGE_META);
 }
 
-/* Where purging a cached mapping starts: right after the header, since the
- * next block may start anywhere from there (hardened mode: at its data, the
- * same for every reuse, behind the guard page). */
-static size_t data_page(const hk_region *r) { return hk_secure ? r->user_offset : HK_LARGE_HEADER; }
+/* Where purging a cached mapping starts: the page after the header's
+ * (hardened mode: at its data, the same for every reuse, behind the guard
+ * page). The rest of the header's page, which may hold data, is cleared
+ * instead when the purge promises zeros (see large_zero). */
+static size_t data_page(const hk_region *r) { return hk_secure ? r->user_offset : HK_OS_PAGE; }
 
 void *hk_large_alloc(size_t size, size_t align, bool zero) {
   if (size > ((size_t)1 << 46) || align > ((size_t)1 << 40)) {
@@ -226,13 +232,13 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   size_t off = data_offset(align);
   /* the mapping's size does not depend on the colour: a cached one fits any */
   bool colored = align <= 64 && !hk_secure;
-  size_t span = colored ? HK_LARGE_HEADER + HK_OS_PAGE - 64 : off;
+  size_t span = colored ? HK_OS_PAGE - 64 : off; /* the largest coloured offset */
   size_t need = round_page(span + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
   bool detach = align >= HK_REGION_SIZE;
   hk_region *r = detach ? NULL : cache_take(need, off);
   /* a reused mapping keeps its colour: a program that reuses the block
    * writes the same lines, which may still be cached (fixed_2m) */
-  if (r != NULL && colored && r->user_offset >= HK_LARGE_HEADER && r->user_offset <= span) off = r->user_offset;
+  if (r != NULL && colored && r->user_offset >= LARGE_META && r->user_offset <= span) off = r->user_offset;
   if (r == NULL) {
     r = map_large(need, detach ? align : HK_REGION_SIZE);
     if (r == NULL) {

@@ -1052,6 +1052,32 @@ static void test_large_cache_resident(void) {
   API(malloc_trim)(0); /* leave no cached mapping to the tests after this one */
 }
 
+/* Large blocks freed into the cache and purged there (more than the cache
+ * keeps resident, older than its grace period) read as zeros when calloc
+ * takes them back: all of them, including the part of the header's page
+ * that holds data (src/large.c), which the purge does not give back. */
+static void test_large_cache_purged_calloc(void) {
+  enum { N = 5 };
+  size_t n = 4 * MiB;
+  void *ps[N];
+  for (int i = 0; i < N; i++) {
+    ps[i] = API(malloc)(n);
+    CHECK(ps[i] != NULL, "malloc(4 MiB) failed");
+    memset(ps[i], 0x5a, n);
+  }
+  for (int i = 0; i < N - 1; i++) API(free)(ps[i]);
+  usleep(30 * 1000); /* past the cache's grace period, well within the purge delay */
+  API(free)(ps[N - 1]); /* the cache, over its resident budget, purges the oldest */
+  for (int i = 0; i < N; i++) {
+    unsigned char *z = (unsigned char *)API(calloc)(1, n);
+    CHECK(z != NULL, "calloc(4 MiB) failed");
+    check_zero(z, n, "calloc of a large block purged in the cache");
+    ps[i] = z;
+  }
+  for (int i = 0; i < N; i++) API(free)(ps[i]);
+  API(malloc_trim)(0);
+}
+
 /* Most medium blocks freed, but one in every span kept live, so no span is
  * empty: malloc_trim must still give back the inside of the free blocks,
  * keep the live ones intact, and blocks handed out again must work (calloc
@@ -1339,6 +1365,7 @@ int main(void) {
   RUN(test_trim_releases);
   RUN(test_trim_inside_spans);
   RUN(test_large_cache_resident);
+  RUN(test_large_cache_purged_calloc);
   RUN(test_free_sized);
 #ifndef HAK_API_PREFIX
   RUN(test_libc_extras);
