@@ -283,8 +283,8 @@ _Static_assert(offsetof(hk_region, cached_resident) + 8 <= sizeof(hk_page), "reg
  * not live or finds the pointer outside that page's carved blocks.
  * Regions that do not fit in the arena are mapped anywhere; free() takes
  * the slow path for them (hk_region_map, below). Until the arena is
- * reserved (and if it never is), hk_arena_base is 2^63: every user address
- * is then "outside", and no table is read. */
+ * reserved (and if it never is), hk_arena_base is the end of a zero table
+ * in .bss (region.c), so the same lookup finds "not a page". */
 #define HK_ARENA_SLABS ((uintptr_t)1 << 20)
 #define HK_PAGE_TABLE_BYTES (HK_ARENA_SLABS * sizeof(uintptr_t))
 extern char *hk_arena_base;

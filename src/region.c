@@ -24,7 +24,12 @@ _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
  * memory and no commit charge; a region slot is committed when a region
  * needs it and decommitted when the region is given back (one mmap each,
  * as mapping and unmapping a region cost before). Slot 0 stays unused. */
-char *hk_arena_base = (char *)((uintptr_t)1 << 63);
+/* Until the arena is reserved, and for good if it never is, the base is
+ * the end of a zero table of its own in .bss (untouched: no memory), which
+ * is followed by a zero page record: every lookup finds "not a page", even
+ * that of a garbage pointer freed before the first malloc. */
+static _Atomic uintptr_t boot_table[HK_ARENA_SLABS + sizeof(hk_page) / sizeof(uintptr_t)];
+char *hk_arena_base = (char *)&boot_table[HK_ARENA_SLABS];
 #define ARENA_REGIONS (HK_ARENA_SLABS / HK_SLABS)
 static size_t arena_regions;                   /* slots reserved, slot 0 included */
 static size_t arena_next = 1;                  /* slots below this were used once */
