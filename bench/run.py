@@ -32,12 +32,13 @@ REPO = os.path.dirname(HERE)
 
 
 class Bench:
-    def __init__(self, name, full, quick=None, extras=(), what=""):
+    def __init__(self, name, full, quick=None, extras=(), what="", memory_only=False):
         self.name = name      # benchmark name as in the RESULT line
         self.full = full      # argv (program first) for the full suite
         self.quick = quick    # argv for --quick, None = not in the quick subset
         self.extras = extras  # (key, label, unit divisor) of extra metrics to tabulate
         self.what = what
+        self.memory_only = memory_only  # no throughput row: it times nothing worth comparing
 
 
 BENCHMARKS = [
@@ -94,6 +95,9 @@ BENCHMARKS = [
           ["thread_scaling", "2", "2000000"], what="small churn, 2 threads"),
     Bench("thread_scaling_4", ["thread_scaling", "4", "10000000"], what="small churn, 4 threads"),
     Bench("thread_scaling_8", ["thread_scaling", "8", "10000000"], what="small churn, 8 threads"),
+    Bench("one_block", ["one_block"], ["one_block"], memory_only=True,
+          extras=(("peak_rss_kb", "peak RSS (KiB)", 1),),
+          what="a program that allocates one 16 B block: peak RSS"),
 ]
 
 
@@ -354,8 +358,10 @@ def markdown(benches, allocs, summary, meta):
     hdr = "| benchmark | " + " | ".join(names) + " | " + " | ".join(f"hakmem/{p}" for p in peers) + " |"
     sep = "|---|" + "---:|" * (len(names) + len(peers))
 
-    def rows(key, div):
+    def rows(key, div, memory_only=True):
         for b in benches:
+            if b.memory_only and not memory_only:
+                continue
             s = summary[b.name]
             h = s["hakmem"] if "hakmem" in s else None
             vals = [cell(s[a], key, div) for a in names]
@@ -368,7 +374,7 @@ def markdown(benches, allocs, summary, meta):
 
     lines += [f"Throughput, million operations per second (median of {meta['repeats']}; higher is better; "
               "hakmem/peer > 1: hakmem is faster)", "", hdr, sep]
-    rows("ops_per_sec", 1e6)
+    rows("ops_per_sec", 1e6, memory_only=False)
     lines += ["", f"Peak RSS, MiB (median of {meta['repeats']}; lower is better; "
               "hakmem/peer < 1: hakmem uses less memory)", "", hdr, sep]
     rows("peak_rss_kb", 1024)
@@ -414,6 +420,7 @@ def write_runs_csv(path, runs):
 def chart_data(data):
     """(benchmarks, peers, thr[peer][i], rss[peer][i]) ratios hakmem/peer, None if missing."""
     benches = [b["name"] for b in data["benchmarks"]]
+    timed = {b["name"]: not b.get("memory_only") for b in data["benchmarks"]}
     peers = [a for a in data["allocators"] if a != "hakmem"]
     thr, rss = {}, {}
     for p in peers:
@@ -421,7 +428,7 @@ def chart_data(data):
         for b in benches:
             h, s = data["summary"][b]["hakmem"], data["summary"][b][p]
             ok = h["status"] == "ok" and s["status"] == "ok"
-            thr[p].append(ratio(h["ops_per_sec"], s["ops_per_sec"]) if ok else None)
+            thr[p].append(ratio(h["ops_per_sec"], s["ops_per_sec"]) if ok and timed[b] else None)
             rss[p].append(ratio(h["peak_rss_kb"], s["peak_rss_kb"]) if ok else None)
     return benches, peers, thr, rss
 
@@ -737,8 +744,8 @@ def main():
     # a run restricted with --only/--allocators does not overwrite the whole suite's results
     stem = os.path.join(args.out, f"bench-{mode}" + ("-partial" if args.only_names or args.allocators else ""))
     data = {"meta": meta, "allocators": allocs,
-            "benchmarks": [{"name": b.name, "argv": b.quick if args.quick else b.full, "what": b.what}
-                           for b in benches],
+            "benchmarks": [{"name": b.name, "argv": b.quick if args.quick else b.full, "what": b.what,
+                            "memory_only": b.memory_only} for b in benches],
             "summary": summary, "runs": runs}
     with open(stem + ".json", "w") as f:
         json.dump(data, f, indent=1)
