@@ -175,7 +175,6 @@ static hk_region_info *info_free;   /* given back, linked through next */
  * leasing regions of its own: 78-92 MiB against 60-67 on big_mixed,
  * docs/BENCHMARKS.md). */
 typedef struct region_list {
-  pthread_mutex_t lock;
   hk_region_info *first, *last; /* regions with free slabs first, full ones at the tail */
   uint64_t next_purge_ms;
   uint32_t events;              /* span events, for due_purge() */
@@ -187,7 +186,7 @@ typedef struct region_list {
    * raised when a span is freed, lowered when a search finds no committed
    * run. Other heaps read it without the lock, and skip the list when it
    * is too short, so that they neither take the lock nor search (on its
-   * own cache line: the lock's line changes hands on every span). */
+   * own cache line: the first line changes hands on every span). */
   _Atomic uint32_t committed_run __attribute__((aligned(64)));
   /* Per class: the last two places where a page of the class left
    * committed slabs, as (info_pool index + 1) << 8 | slab (0: none),
@@ -195,9 +194,18 @@ typedef struct region_list {
   uint32_t same_at[HK_NCLASSES][2] __attribute__((aligned(64)));
 } __attribute__((aligned(64))) region_list;
 
-/* Zero-initialised (in .bss, not 80 KiB of the library's data): the lists
- * in use get their locks in hk_region_init. */
+/* Zero-initialised (in .bss, not 80 KiB of the library's data). */
 static region_list lists[HK_REGION_LISTS_MAX];
+
+/* Their locks, set in hk_region_init, lie apart, one to a cache line: in
+ * the records, setting them (glibc's adaptive kind is not all zeros)
+ * wrote a page for every three lists, 72 KiB of a one-block program's RSS
+ * with 64 lists; here one or two pages whatever the count. */
+static struct {
+  pthread_mutex_t m;
+} __attribute__((aligned(64))) list_locks[HK_REGION_LISTS_MAX];
+
+HK_INLINE pthread_mutex_t *list_lock(const region_list *l) { return &list_locks[l - lists].m; }
 
 /* One list per CPU the process may run on, so that threads on different
  * CPUs seldom share a lock, within HK_REGION_LISTS_MIN..MAX. Set once, at
@@ -216,9 +224,9 @@ void hk_region_init(void) {
   if (hk_opt.region_lists > 0) list_count = (unsigned)hk_opt.region_lists;
   for (unsigned k = 0; k < list_count; k++) {
 #ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP /* glibc: spins a while before sleeping */
-    lists[k].lock = (pthread_mutex_t)PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
+    list_locks[k].m = (pthread_mutex_t)PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
 #else
-    pthread_mutex_init(&lists[k].lock, NULL);
+    pthread_mutex_init(&list_locks[k].m, NULL);
 #endif
   }
   arena_init();
@@ -298,7 +306,7 @@ static void region_forget(hk_region *r) {
   }
 }
 
-/* Caller holds l->lock. */
+/* Caller holds l's lock. */
 static hk_region_info *region_new(region_list *l) {
   pthread_mutex_lock(&arena_lock);
   hk_region_info *info = info_free;
@@ -381,7 +389,7 @@ static void purge_dirty(hk_region_info *r) {
   r->purge_at_ms = 0;
 }
 
-/* Caller holds l->lock. */
+/* Caller holds l's lock. */
 static bool purge_locked(region_list *l, uint64_t now, bool force) {
   bool released = false;
   long empty_kept = 0;
@@ -411,7 +419,7 @@ static bool purge_locked(region_list *l, uint64_t now, bool force) {
  * the clock on each, with the heap's own timed pass, was three reads a
  * malloc+free of a block of 64 KiB-1 MiB and 6 % of big_mixed's time
  * (perf, 2026-11-26). A busy list makes thousands of events a millisecond;
- * an idle one is the purger thread's. Caller holds l->lock. */
+ * an idle one is the purger thread's. Caller holds l's lock. */
 #define HK_PURGE_CHECK_EVENTS 8
 static void due_purge(region_list *l) {
   if ((++l->events % HK_PURGE_CHECK_EVENTS) != 0 && hk_opt.purge_delay_ms != 0) return;
@@ -422,9 +430,9 @@ static void due_purge(region_list *l) {
 bool hk_region_purge(bool force) {
   bool released = false;
   for (unsigned k = 0; k < list_count; k++) {
-    pthread_mutex_lock(&lists[k].lock);
+    pthread_mutex_lock(list_lock(&lists[k]));
     released |= purge_locked(&lists[k], hk_os_now_ms(), force);
-    pthread_mutex_unlock(&lists[k].lock);
+    pthread_mutex_unlock(list_lock(&lists[k]));
   }
   return released;
 }
@@ -628,7 +636,7 @@ static hk_page *take_span(region_list *l, span_pick pick, unsigned n, hk_slabmas
 
 hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsigned room, unsigned home) {
   region_list *l = &lists[home % list_count];
-  pthread_mutex_lock(&l->lock);
+  pthread_mutex_lock(list_lock(l));
   due_purge(l);
   span_pick pick = search(l, n, cls, room);
   hk_page *page = NULL;
@@ -639,10 +647,10 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
     for (unsigned k = 1; k < list_count && page == NULL; k++) {
       region_list *o = &lists[(home + k) % list_count];
       if (atomic_load_explicit(&o->committed_run, memory_order_relaxed) < n) continue;
-      if (pthread_mutex_trylock(&o->lock) != 0) continue;
+      if (pthread_mutex_trylock(list_lock(o)) != 0) continue;
       span_pick p = search(o, n, cls, room);
       if (p.committed) page = take_span(o, p, n, dirty, &grew);
-      pthread_mutex_unlock(&o->lock);
+      pthread_mutex_unlock(list_lock(o));
     }
   }
   if (page == NULL) {
@@ -653,14 +661,14 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
         pick.r = region_new(l);
       }
       if (pick.r == NULL) {
-        pthread_mutex_unlock(&l->lock);
+        pthread_mutex_unlock(list_lock(l));
         return NULL;
       }
       pick.runs = runs_of(pick.r->free_mask, n);
     }
     page = take_span(l, pick, n, dirty, &grew);
   }
-  pthread_mutex_unlock(&l->lock);
+  pthread_mutex_unlock(list_lock(l));
   /* The span's page records are the caller's now: set up outside the lock. */
   memset(page, 0, sizeof(hk_page));
   page->nslabs = (uint8_t)n;
@@ -683,7 +691,7 @@ static void free_span(hk_page *page, bool committed) {
    * are rewritten by the next span that takes their slabs. Still the
    * caller's until the mask says free. */
   memset(page, 0, sizeof(hk_page));
-  pthread_mutex_lock(&l->lock);
+  pthread_mutex_lock(list_lock(l));
   memset(&r->last_cls[i], last, n);
   r->heads |= (hk_slabmask)1 << i;
   if (committed) note_same(l, last - 1u, r, i);
@@ -698,7 +706,7 @@ static void free_span(hk_page *page, bool committed) {
   l->slabs_used -= n;
   if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
   due_purge(l);
-  pthread_mutex_unlock(&l->lock);
+  pthread_mutex_unlock(list_lock(l));
   hk_purge_poke = true; /* the caller wakes the purger once its state is consistent */
 }
 
@@ -713,9 +721,9 @@ bool hk_region_grow_span(hk_page *page, unsigned n) {
   unsigned i = (unsigned)(page - reg->pages), old = page->nslabs;
   if (n <= old || i + n > HK_SLABS) return false;
   hk_slabmask add = slab_bits(i + old, n - old);
-  pthread_mutex_lock(&l->lock);
+  pthread_mutex_lock(list_lock(l));
   if ((r->free_mask & add) != add) {
-    pthread_mutex_unlock(&l->lock);
+    pthread_mutex_unlock(list_lock(l));
     return false;
   }
   r->free_mask &= ~add;
@@ -727,7 +735,7 @@ bool hk_region_grow_span(hk_page *page, unsigned n) {
   l->slabs_used += n - old;
   if (l->slabs_used > l->slabs_peak) l->slabs_peak = l->slabs_used;
   l->epoch_low += n - old;
-  pthread_mutex_unlock(&l->lock);
+  pthread_mutex_unlock(list_lock(l));
   link_tail(page, old, n);
   table_set(reg, i + old, n - old, page);
   page->nslabs = (uint8_t)n;
@@ -744,7 +752,7 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
   uint8_t last = (uint8_t)(page->cls + 1);
   memset(page + n, 0, (old - n) * sizeof(hk_page));
   page->nslabs = (uint8_t)n;
-  pthread_mutex_lock(&l->lock);
+  pthread_mutex_lock(list_lock(l));
   memset(&r->last_cls[i + n], last, old - n);
   r->heads |= (hk_slabmask)1 << (i + n);
   note_same(l, last - 1u, r, i + n);
@@ -755,7 +763,7 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
   note_committed_run(l, run_around(r->free_mask & r->dirty_mask, i + n));
   l->slabs_used -= old - n;
   if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
-  pthread_mutex_unlock(&l->lock);
+  pthread_mutex_unlock(list_lock(l));
   hk_purge_poke = true;
 }
 
@@ -763,12 +771,12 @@ bool hk_region_pending(void) {
   bool any = false;
   for (unsigned k = 0; k < list_count && !any; k++) {
     long empty = 0;
-    pthread_mutex_lock(&lists[k].lock);
+    pthread_mutex_lock(list_lock(&lists[k]));
     for (hk_region_info *r = lists[k].first; r != NULL && r->free_mask != 0 && !any; r = r->next) {
       if (r->dirty_mask) any = true;
       if (r->free_mask == ALL_SLABS && ++empty > hk_opt.region_reserve) any = true;
     }
-    pthread_mutex_unlock(&lists[k].lock);
+    pthread_mutex_unlock(list_lock(&lists[k]));
   }
   return any;
 }
@@ -778,11 +786,11 @@ bool hk_region_pending(void) {
 void hk_region_usage(size_t *mapped, size_t *in_use, size_t *peak) {
   size_t m = 0, u = 0, p = 0;
   for (unsigned k = 0; k < list_count; k++) {
-    pthread_mutex_lock(&lists[k].lock);
+    pthread_mutex_lock(list_lock(&lists[k]));
     for (hk_region_info *r = lists[k].first; r != NULL; r = r->next) m += HK_REGION_SIZE;
     u += (size_t)lists[k].slabs_used * HK_SLAB_SIZE;
     p += (size_t)lists[k].slabs_peak * HK_SLAB_SIZE;
-    pthread_mutex_unlock(&lists[k].lock);
+    pthread_mutex_unlock(list_lock(&lists[k]));
   }
   *mapped = m;
   *in_use = u;
@@ -791,10 +799,10 @@ void hk_region_usage(size_t *mapped, size_t *in_use, size_t *peak) {
 
 /* fork: every list, then the arena (the order everywhere else too). */
 void hk_region_fork_lock(void) {
-  for (unsigned k = 0; k < list_count; k++) pthread_mutex_lock(&lists[k].lock);
+  for (unsigned k = 0; k < list_count; k++) pthread_mutex_lock(list_lock(&lists[k]));
   pthread_mutex_lock(&arena_lock);
 }
 void hk_region_fork_unlock(void) {
   pthread_mutex_unlock(&arena_lock);
-  for (unsigned k = list_count; k-- > 0;) pthread_mutex_unlock(&lists[k].lock);
+  for (unsigned k = list_count; k-- > 0;) pthread_mutex_unlock(list_lock(&lists[k]));
 }
