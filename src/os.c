@@ -117,16 +117,12 @@ unsigned hk_os_cpu_count(void) {
   return n ? n : 1;
 }
 
-/* Through syscall(), as hk_os_tid: heap_new calls both, and getpid()'s own
- * page of libc would be one more to map in a small program. */
-int hk_os_pid(void) { return (int)syscall(SYS_getpid); }
-
-/* Has the thread with kernel id tid of process pid exited? Only a
+/* Has the thread with kernel id tid (of this process) exited? Only a
  * definite "no such thread" counts: any other answer (a tid the kernel has
  * given to a new thread since, a tgkill that is refused) says no. */
-bool hk_os_thread_gone(int tid, int pid) {
+bool hk_os_thread_gone(int tid) {
   int saved = errno;
-  bool gone = syscall(SYS_tgkill, (long)pid, (long)tid, 0L) != 0 && errno == ESRCH;
+  bool gone = syscall(SYS_tgkill, (long)getpid(), (long)tid, 0L) != 0 && errno == ESRCH;
   errno = saved;
   return gone;
 }
