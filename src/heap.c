@@ -318,6 +318,7 @@ static hk_heap *heap_new(void) {
   h->pool_next = NULL;
   memset(&h->stats, 0, sizeof h->stats);
   uint32_t owner = (uint32_t)hk_stat_add(heaps_created, 1) + 1; /* this ownership's own number */
+  atomic_store_explicit(&h->pid, hk_os_pid(), memory_order_relaxed);
   atomic_store_explicit(&h->tid, hk_os_tid(), memory_order_relaxed);
   atomic_store_explicit(&h->reap_checked_ms, 0, memory_order_relaxed);
   atomic_store_explicit(&h->live, owner ? owner : 1, memory_order_release); /* after tid: see hk_heap_reap */
@@ -333,6 +334,8 @@ hk_heap *hk_heap_get(void) {
   if (h != &hk_heap_empty) return h;
   if (heap_gone) return NULL;
   if (atomic_load_explicit(&hk_init_state, memory_order_acquire) != 2) hk_init();
+  /* (in case the C library's pthread_create did not call calloc: init.c) */
+  hk_fork_handlers_check();
   h = heap_new();
   if (h == NULL) return NULL;
   hk_tls_heap = h;
@@ -1036,6 +1039,7 @@ void hk_heap_reap(void) {
   uint64_t next = atomic_load_explicit(&next_ms, memory_order_relaxed);
   if (now < next || !atomic_compare_exchange_strong(&next_ms, &next, now + half)) return;
   hk_heap *dead = NULL;
+  int pid = hk_os_pid();
   pthread_mutex_lock(&hk_heap_lock);
   for (hk_heap *h = all_heaps; h != NULL; h = h->all_next) {
     /* live first: its acquire makes the tid of that same ownership visible
@@ -1044,11 +1048,15 @@ void hk_heap_reap(void) {
      * meanwhile (live 0, then another number) is left alone */
     uint32_t owner = atomic_load_explicit(&h->live, memory_order_acquire);
     int tid = atomic_load_explicit(&h->tid, memory_order_relaxed);
-    if (owner == 0 || tid == 0 || now < atomic_load_explicit(&h->active_ms, memory_order_relaxed) + half ||
+    /* a heap made before a fork is the forking thread's (its tid is
+     * the parent's: without fork handlers, a process forked while it had
+     * one thread, init.c) or a thread's that the child does not have */
+    if (owner == 0 || tid == 0 || atomic_load_explicit(&h->pid, memory_order_relaxed) != pid ||
+        now < atomic_load_explicit(&h->active_ms, memory_order_relaxed) + half ||
         now < atomic_load_explicit(&h->reap_checked_ms, memory_order_relaxed) + every)
       continue;
     atomic_store_explicit(&h->reap_checked_ms, now, memory_order_relaxed);
-    if (hk_os_thread_gone(tid) && atomic_compare_exchange_strong(&h->live, &owner, 0)) {
+    if (hk_os_thread_gone(tid, pid) && atomic_compare_exchange_strong(&h->live, &owner, 0)) {
       h->pool_next = dead; /* (not in the pool: a live heap) */
       dead = h;
     }
@@ -1076,7 +1084,10 @@ void hk_heap_fork_child(void) {
   hk_heap *self = hk_tls_heap;
   for (hk_heap *h = all_heaps; h != NULL; h = h->all_next)
     if (h != self) atomic_store_explicit(&h->tid, 0, memory_order_relaxed);
-  if (self != &hk_heap_empty) atomic_store_explicit(&self->tid, hk_os_tid(), memory_order_relaxed);
+  if (self != &hk_heap_empty) {
+    atomic_store_explicit(&self->pid, hk_os_pid(), memory_order_relaxed);
+    atomic_store_explicit(&self->tid, hk_os_tid(), memory_order_relaxed);
+  }
 }
 
 void hk_heap_fork_unlock(void) {

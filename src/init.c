@@ -45,8 +45,37 @@ void hk_init(void) {
   hk_thread_init_key();
   atomic_store_explicit(&hk_init_state, 2, memory_order_release);
   /* may allocate: malloc is fully usable from here on */
-  pthread_atfork(hk_fork_prepare, hk_fork_parent, hk_fork_child);
+#if HAKMEM_OVERRIDE
+  hk_fork_handlers_check();
+#else
+  hk_fork_handlers_register(); /* the C library's calloc is not ours: no later check is sure to run in time */
+#endif
   initializing = 0;
+}
+
+/* The fork handlers are registered once the process may have a second
+ * thread, not at start-up. While it has one, no other thread can hold an
+ * allocator lock or be inside a reclaim when fork() runs, and the child's
+ * heap needs nothing done: the reaper leaves alone the heaps a process
+ * did not make (their pid is the parent's, heap.c). And the first
+ * pthread_atfork call of a process costs 64 KiB of RSS: it reads a
+ * constant in a page of libc's read-only data, which the kernel maps with
+ * the 15 pages around it, and its code is on a page no other start-up code
+ * needs (one_block: 1424 -> 1296 KiB; glibc 1168). A program that starts
+ * a thread, or whose purger starts, pays them then.
+ * They must be in place before a second thread can run allocator code.
+ * glibc's pthread_create marks the process multi-threaded and then, before
+ * the new thread exists, allocates its DTV with calloc (2.36:
+ * allocate_stack -> _dl_allocate_tls -> allocate_dtv), and calloc checks
+ * (tests/test_fork_lazy.c fails if the handlers are not there when the new
+ * thread starts). A thread's first allocation checks too, in case a C
+ * library does not allocate there; a fork racing with that thread would
+ * then not be covered. */
+_Atomic int hk_fork_handlers;
+
+void hk_fork_handlers_register(void) {
+  if (atomic_exchange(&hk_fork_handlers, 1)) return;
+  pthread_atfork(hk_fork_prepare, hk_fork_parent, hk_fork_child); /* may allocate */
 }
 
 __attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }

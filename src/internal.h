@@ -26,6 +26,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <pthread.h>
+#if defined(__has_include)
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#define HK_HAVE_SINGLE_THREADED 1
+#endif
+#endif
 
 /* Everything declared below is internal to the library. -fvisibility=hidden
  * covers only definitions; declaring the globals hidden too lets the fast
@@ -434,6 +440,8 @@ typedef struct hk_heap {
                                      thread's heap finds the spans its classes used */
   /* the reaper's (heap.c, hk_heap_reap) */
   _Atomic uint32_t live;          /* a thread owns it: a number of its own for each owner, 0 when none */
+  _Atomic int pid;                /* the process tid is a thread of: another one (a fork's
+                                     parent) means never reaped, see hk_heap_reap */
   _Atomic int tid;                /* that thread's kernel id (0: never reaped: the shared late
                                      heap, the parent's other threads' heaps in a forked child) */
   _Atomic uint64_t reap_checked_ms; /* when the reaper last asked whether the thread is gone */
@@ -492,8 +500,9 @@ void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align); /* N
 bool hk_os_shrink(void *p, size_t old_size, size_t new_size);
 bool hk_os_space_limited(size_t need); /* an RLIMIT_AS that a mapping of need bytes fits under */
 int hk_os_tid(void);                     /* the calling thread's kernel id */
+int hk_os_pid(void);
 unsigned hk_os_cpu_count(void);          /* CPUs this process may run on (1 if unknown) */
-bool hk_os_thread_gone(int tid);         /* that thread of this process has exited */
+bool hk_os_thread_gone(int tid, int pid); /* that thread of process pid has exited (pid: this process) */
 uint64_t hk_os_now_ms(void);
 uint64_t hk_os_random(void);
 size_t hk_os_peak_rss_kb(void);
@@ -653,6 +662,25 @@ void hk_init(void);
 void hk_fork_prepare(void);
 void hk_fork_parent(void);
 void hk_fork_child(void);
+
+/* Could another thread exist? glibc says (2.32+); without it, assume so. */
+HK_INLINE bool hk_maybe_threaded(void) {
+#ifdef HK_HAVE_SINGLE_THREADED
+  return !__libc_single_threaded;
+#else
+  return true;
+#endif
+}
+
+/* The fork handlers, registered once the process may have a second thread
+ * (init.c). calloc checks, for glibc's pthread_create calls it before the
+ * new thread exists. */
+extern _Atomic int hk_fork_handlers; /* registered (or being registered) */
+void hk_fork_handlers_register(void);
+HK_INLINE void hk_fork_handlers_check(void) {
+  if (HK_UNLIKELY(!atomic_load_explicit(&hk_fork_handlers, memory_order_relaxed)) && hk_maybe_threaded())
+    hk_fork_handlers_register();
+}
 
 #pragma GCC visibility pop
 

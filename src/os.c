@@ -117,12 +117,14 @@ unsigned hk_os_cpu_count(void) {
   return n ? n : 1;
 }
 
-/* Has the thread with kernel id tid (of this process) exited? Only a
+int hk_os_pid(void) { return (int)getpid(); }
+
+/* Has the thread with kernel id tid of process pid exited? Only a
  * definite "no such thread" counts: any other answer (a tid the kernel has
  * given to a new thread since, a tgkill that is refused) says no. */
-bool hk_os_thread_gone(int tid) {
+bool hk_os_thread_gone(int tid, int pid) {
   int saved = errno;
-  bool gone = syscall(SYS_tgkill, (long)getpid(), (long)tid, 0L) != 0 && errno == ESRCH;
+  bool gone = syscall(SYS_tgkill, (long)pid, (long)tid, 0L) != 0 && errno == ESRCH;
   errno = saved;
   return gone;
 }

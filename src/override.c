@@ -13,7 +13,13 @@
 
 HK_API HK_HOT void *malloc(size_t size) { return hk_malloc_fast(size); }
 HK_API HK_HOT void free(void *p) { hk_free_fast(p); }
-HK_API void *calloc(size_t n, size_t size) { return hk_calloc(n, size); }
+/* calloc also registers the fork handlers when the process has just become
+ * multi-threaded: glibc's pthread_create allocates the new thread's DTV with
+ * it before the thread exists (init.c). */
+HK_API void *calloc(size_t n, size_t size) {
+  hk_fork_handlers_check();
+  return hk_calloc(n, size);
+}
 HK_API void *realloc(void *p, size_t size) { return hk_realloc(p, size); }
 HK_API void *reallocarray(void *p, size_t n, size_t size) { return hak_reallocarray(p, n, size); }
 HK_API int posix_memalign(void **out, size_t align, size_t size) { return hak_posix_memalign(out, align, size); }
@@ -31,7 +37,10 @@ HK_API void malloc_stats(void) { hk_stats_print(); }
 /* glibc's internal names, called directly by a few programs and libraries. */
 HK_API HK_HOT void *__libc_malloc(size_t size) { return hk_malloc_fast(size); }
 HK_API HK_HOT void __libc_free(void *p) { hk_free_fast(p); }
-HK_API void *__libc_calloc(size_t n, size_t size) { return hk_calloc(n, size); }
+HK_API void *__libc_calloc(size_t n, size_t size) {
+  hk_fork_handlers_check();
+  return hk_calloc(n, size);
+}
 HK_API void *__libc_realloc(void *p, size_t size) { return hk_realloc(p, size); }
 HK_API void *__libc_memalign(size_t align, size_t size) { return hak_memalign(align, size); }
 HK_API void *__libc_valloc(size_t size) { return hak_valloc(size); }

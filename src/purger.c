@@ -14,12 +14,6 @@
 
 #include <signal.h>
 #include <time.h>
-#if defined(__has_include)
-#if __has_include(<sys/single_threaded.h>)
-#include <sys/single_threaded.h>
-#define HK_HAVE_SINGLE_THREADED 1
-#endif
-#endif
 
 __thread bool hk_purge_poke __attribute__((tls_model("initial-exec")));
 
@@ -72,15 +66,6 @@ static void *purger_main(void *arg) {
 
 _Atomic int hk_purger_wanted;
 
-/* Could another thread exist? glibc says (2.32+); without it, assume so. */
-static bool maybe_threaded(void) {
-#ifdef HK_HAVE_SINGLE_THREADED
-  return !__libc_single_threaded;
-#else
-  return true;
-#endif
-}
-
 /* Called after memory became purgeable, with no allocator lock held, from
  * malloc's slow path, realloc, thread exit or malloc_trim: contexts that may
  * start the thread. */
@@ -120,7 +105,7 @@ void hk_purger_notify(void) {
  * starts the thread only while the process has a single thread; otherwise
  * it leaves the start to the next malloc slow path or thread exit. */
 void hk_purger_notify_free(void) {
-  if (!atomic_load_explicit(&started, memory_order_acquire) && maybe_threaded()) {
+  if (!atomic_load_explicit(&started, memory_order_acquire) && hk_maybe_threaded()) {
     atomic_store_explicit(&hk_purger_wanted, 1, memory_order_relaxed);
     return;
   }
