@@ -123,7 +123,7 @@ static void retire_page(hk_heap *h, hk_page *page) {
   unhold(h, page);
   uint32_t bytes = span_bytes(page);
   uint32_t limit = h->moving ? 0 : HK_SPARE_MAX;
-  if (page->block_size >= HK_SLAB_SIZE) limit = 0;
+  if (page->block_size >= HK_SLAB_SIZE || page->lent) limit = 0; /* (a spare is re-initialised whole) */
   if (limit == 0) {
     release_page(h, page);
     return;
@@ -469,7 +469,7 @@ static void thread_done(void *arg) {
  * cost 11 % of thread_churn's speed). Not in hardened mode, whose pages
  * carve in random order. */
 static void reset_kept(hk_page *p) {
-  if (hk_secure || p->capacity <= hk_extend_blocks(p->block_size)) return; /* as fresh */
+  if (hk_secure || p->lent || p->capacity <= hk_extend_blocks(p->block_size)) return; /* as fresh; lent slabs are not its own */
   hk_page_init(p, p->cls);
   hk_page_extend(p);
   atomic_store_explicit(&p->remote, HK_PAGE_ABANDONED, memory_order_relaxed);
@@ -720,6 +720,96 @@ static void purge_free_blocks(hk_page *page) {
   }
 }
 
+/* ---- lending free slabs ----
+ * Purging the inside of free blocks gives their memory back, but a page
+ * whose blocks are mostly free still holds its whole span: no other class
+ * can use it. A program that frees most of its blocks of 16-64 KiB and
+ * then allocates bigger ones (fragmentation) faulted the new blocks in
+ * from fresh memory, page by page: 39k page faults in that phase against
+ * tcmalloc's 15k, whose spans of one or two such blocks empty with them.
+ * So the same pass lends the region the slabs of a page in which every
+ * block that overlaps them is free: they go back committed, as a released
+ * span's do, and the next span of any class takes them without a fault
+ * (or the region's purge gives them back after the delay). The page lives
+ * on around the holes: its free list drops the blocks there, its span is
+ * released without them, it is never re-initialised whole (a spare, an
+ * abandoned page starting over, a remote reclaim), and a block dropped
+ * with them whose start lies outside them carries the foreign tag, so that
+ * freeing it is a double free. Not the head slab (its record heads the
+ * span), nor slabs past the carved blocks, nor in hardened mode. */
+static void lend_free_slabs(hk_page *p) {
+  if (hk_secure || p->nslabs < 2 || p->nslabs > 16 || p->held || p->reserved > 64 || hk_page_used(p) == 0) return;
+  if (atomic_load_explicit(&p->remote, memory_order_relaxed) & ~HK_REMOTE_STATE_MASK) {
+    if (hk_page_collect(p, HK_PAGE_NORMAL) == HK_COLLECT_RECLAIMED) return;
+  }
+  uintptr_t key = p->key, start = p->start, span = hk_page_span_start(p);
+  uint32_t bs = p->block_size, cap = p->capacity;
+  uint64_t free_blocks = 0;
+  uint32_t n = 0;
+  for (hk_block *b = p->free; !hk_list_end(b); b = hk_link_next(b, key), n++) {
+    uintptr_t off = (uintptr_t)b - start;
+    if (HK_UNLIKELY(n >= cap || off >= (uintptr_t)cap * bs || off % bs != 0))
+      hk_fatal("free list corrupted (write after free or heap overflow)", b);
+    free_blocks |= (uint64_t)1 << (off / bs);
+  }
+  uintptr_t carved_end = start + (uintptr_t)cap * bs;
+  unsigned lendable = 0;
+  uint64_t over[16] = {0};
+  for (unsigned k = 1; k < p->nslabs; k++) {
+    uintptr_t s0 = span + ((uintptr_t)k << HK_SLAB_SHIFT), s1 = s0 + HK_SLAB_SIZE;
+    if (s1 > carved_end) break;
+    if (p->lent >> k & 1) continue;
+    uint32_t first = (uint32_t)((s0 - start) / bs), last = (uint32_t)((s1 - 1 - start) / bs);
+    over[k] = (last - first >= 63 ? ~(uint64_t)0 : (((uint64_t)1 << (last - first + 1)) - 1)) << first;
+    if ((free_blocks & over[k]) == over[k]) lendable |= 1u << k;
+  }
+  /* runs of two slabs or more only: a lone slab serves only a span of one,
+   * and kept committed for nothing it raised fragmentation's peak RSS;
+   * its free blocks are purged inside instead */
+  unsigned lend = lendable & ((lendable << 1) | (lendable >> 1));
+  if (lend == 0) return;
+  uint64_t dropped = 0;
+  for (unsigned m = lend; m != 0; m &= m - 1) dropped |= over[__builtin_ctz(m)];
+  /* the free list without the dropped blocks, in its order */
+  hk_block *keep[64];
+  uint32_t kept = 0;
+  for (hk_block *b = p->free, *next; !hk_list_end(b); b = next) {
+    next = hk_link_next(b, key);
+    uint32_t j = (uint32_t)(((uintptr_t)b - start) / bs);
+    if (!(dropped >> j & 1)) {
+      keep[kept++] = b;
+      continue;
+    }
+    /* A block reaches into two slabs at most, one of them lent: the part
+     * in the other is the page's still, and is given back here as a free
+     * block's inside would be (it is on no list now to be purged later). */
+    unsigned all = lend | p->lent;
+    uintptr_t b0 = (uintptr_t)b, b1 = b0 + bs;
+    uintptr_t second = span + ((((b1 - 1) - span) >> HK_SLAB_SHIFT) << HK_SLAB_SHIFT);
+    bool lent0 = all >> ((b0 - span) >> HK_SLAB_SHIFT) & 1, lent1 = all >> ((second - span) >> HK_SLAB_SHIFT) & 1;
+    uintptr_t lo = b1, hi = b1;
+    if (!lent0) {
+      b->link = hk_foreign_tag(p, b);
+      lo = b0 + 2 * sizeof(uintptr_t); /* (its first OS page stays: the tag) */
+      hi = second;
+    } else if (!lent1) {
+      lo = second;
+    }
+    lo = (lo + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
+    hi &= ~(uintptr_t)(HK_OS_PAGE - 1);
+    if (hi > lo) hk_os_purge((void *)lo, hi - lo);
+  }
+  hk_block *list = (hk_block *)hk_region_of(p); /* the empty list */
+  for (uint32_t k = kept; k-- > 0;) {
+    hk_link_set(keep[k], list, key);
+    list = keep[k];
+  }
+  p->free = list;
+  p->lent |= (uint16_t)lend;
+  hk_region_lend_slabs(p, lend);
+  hk_stat_add(slabs_lent, (unsigned)__builtin_popcount(lend));
+}
+
 /* At most once per purge delay, or at once when the program has grown
  * (hk_growth_epoch moved: region.c), or with force. The growth trigger
  * makes a program that frees most of its medium blocks and then allocates
@@ -737,14 +827,19 @@ static void purge_blocks(hk_heap *h, bool force) {
   h->growth_epoch = epoch;
   uint32_t pass = h->purge_passes++;
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
-    if (hk_class_size[c] < HK_PURGE_BLOCK_MIN) continue;
+    if (hk_class_slabs[c] < 2) continue; /* (classes below 8 KiB: pages of one slab) */
     /* growth elsewhere: only classes that searched no page since the last
      * pass (a class in use would fault its blocks straight back in), and
      * only blocks smaller than a slab (pages of several blocks) */
     if (!timed && (h->class_searched[c] == pass || hk_class_size[c] >= HK_SLAB_SIZE)) continue;
+    /* a class that searched no page since the last pass lends its pages'
+     * free slabs first (then the region's purge gives back those that no
+     * span takes) */
+    bool idle = h->class_searched[c] != pass, purge = hk_class_size[c] >= HK_PURGE_BLOCK_MIN && !hk_secure_zero;
     for (hk_page *p = h->queues[c].first; p != NULL; p = p->next) {
       trim_tail(p);
-      if (!hk_secure_zero) purge_free_blocks(p);
+      if (idle) lend_free_slabs(p);
+      if (purge) purge_free_blocks(p);
     }
   }
   if (timed)

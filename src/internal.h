@@ -175,7 +175,9 @@ typedef struct hk_page {
   _Atomic(struct hk_heap *) heap; /* owner; NULL while abandoned */
   uintptr_t key;             /* this page's free-list encoding key */
   uintptr_t free_check;      /* key ^ the region's base: see hk_looks_free */
-  uint32_t reserved;         /* blocks that fit in the span */
+  uint16_t reserved;         /* blocks that fit in the span */
+  uint16_t lent;             /* bit k: the span's slab k is lent back to its region while the page
+                                lives (heap.c, lend_free_slabs); never bit 0 */
   _Atomic uint8_t reclaiming; /* a remote freer is giving the parked page back (remote.c) */
   uint8_t untrimmed;         /* heap.c: its span beyond the carved blocks may hold memory to purge */
   uint8_t held;              /* heap.c: an empty page left in its class's queue, in held_bytes */
@@ -193,6 +195,7 @@ typedef struct hk_page {
 } hk_page;
 
 _Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
+_Static_assert(HK_SLAB_SIZE / 8 <= UINT16_MAX, "reserved fits a slab of the smallest blocks");
 
 /* `used` is the count of blocks handed out plus a base that depends on the
  * page's state, chosen so that free's one test, "(int32_t)--used < 0"
@@ -527,7 +530,7 @@ typedef struct hk_stats {
   _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
   _Atomic uint64_t large_unmaps, large_remaps;
   _Atomic uint64_t heaps_created, threads_exited, heaps_reaped;
-  _Atomic uint64_t blocks_purged, block_purge_bytes;
+  _Atomic uint64_t blocks_purged, block_purge_bytes, slabs_lent;
 } hk_stats_t;
 extern hk_stats_t hk_stats;
 #define hk_stat_add(field, n) atomic_fetch_add_explicit(&hk_stats.field, (n), memory_order_relaxed)
@@ -546,6 +549,7 @@ hk_page *hk_region_alloc_span(unsigned nslabs, unsigned cls, hk_slabmask *dirty,
 extern _Atomic uint32_t hk_growth_epoch; /* moves when the program has grown (region.c) */
 void hk_region_free_span(hk_page *page);
 void hk_region_free_span_purged(hk_page *page); /* its memory already given back */
+void hk_region_lend_slabs(hk_page *page, unsigned lend); /* bit k: the span's slab k (k > 0) */
 bool hk_region_grow_span(hk_page *page, unsigned nslabs);   /* take the free slabs after it, if free */
 void hk_region_shrink_span(hk_page *page, unsigned nslabs); /* give back its tail slabs */
 bool hk_arena_shrink(void);                                  /* unmap the arena's never-used slots */
@@ -609,7 +613,14 @@ void *hk_malloc_foreign(size_t size, hk_heap *h); /* malloc while h->foreign_byt
 void hk_reclaim_fork_prepare(void);
 void hk_reclaim_fork_done(void);
 void hk_foreign_flush_all(hk_heap *h);
-bool hk_foreign_tagged(const hk_page *page, const hk_block *b);
+/* The first word of a block that is neither live nor on a free list (in a
+ * remote freer's cache, remote.c; dropped with a lent slab, heap.c): it
+ * looks free to hk_looks_free, and a free of it is a double free. */
+#define HK_FOREIGN_TAG 16 /* inside slab 0, never a block, never a list end */
+HK_INLINE uintptr_t hk_foreign_tag(const hk_page *page, const hk_block *b) {
+  return page->key ^ (((uintptr_t)b & ~HK_REGION_MASK) + HK_FOREIGN_TAG);
+}
+HK_INLINE bool hk_foreign_tagged(const hk_page *page, const hk_block *b) { return b->link == hk_foreign_tag(page, b); }
 
 /* ---- heap.c ---- */
 void *hk_malloc_slow(size_t size, hk_heap *heap);

@@ -678,13 +678,35 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
   return page;
 }
 
+/* Slabs `run` of r (of a page of class last - 1) become free. committed:
+ * they may hold committed pages (else they were purged). Caller holds the
+ * list's lock. */
+static void free_slabs(region_list *l, hk_region_info *r, hk_slabmask run, uint8_t last, bool committed) {
+  list_has_room(r);
+  r->free_mask |= run;
+  if (committed) mark_dirty(r, run);
+  for (hk_slabmask m = run; m != 0; m &= m - 1) {
+    unsigned s = (unsigned)__builtin_ctzll(m);
+    r->last_cls[s] = last;
+    if (s > 0 && (run >> (s - 1) & 1)) continue; /* not the start of a run */
+    r->heads |= (hk_slabmask)1 << s;
+    note_run(r, s);
+    if (committed) note_committed_run(l, run_around(r->free_mask & r->dirty_mask, s));
+  }
+  if (r->free_mask == ALL_SLABS) r->empty_since_ms = hk_os_now_ms();
+  unsigned n = (unsigned)__builtin_popcountll(run);
+  l->slabs_used -= n;
+  if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
+}
+
 /* committed: the span may hold committed pages (else it was purged) */
 static void free_span(hk_page *page, bool committed) {
   hk_region *reg = hk_region_of(page);
   hk_region_info *r = reg->info;
   region_list *l = r->list;
   unsigned i = (unsigned)(page - reg->pages), n = page->nslabs;
-  hk_slabmask run = slab_bits(i, n);
+  /* slabs lent while the page lived are the region's already */
+  hk_slabmask run = slab_bits(i, n) & ~((hk_slabmask)page->lent << i);
   uint8_t last = (uint8_t)(page->cls + 1);
   /* The head's record reads "not a live page" from now on (bound 0); the
    * others keep their offsets to it, which lead stale pointers there, and
@@ -692,22 +714,27 @@ static void free_span(hk_page *page, bool committed) {
    * caller's until the mask says free. */
   memset(page, 0, sizeof(hk_page));
   pthread_mutex_lock(list_lock(l));
-  memset(&r->last_cls[i], last, n);
-  r->heads |= (hk_slabmask)1 << i;
   if (committed) note_same(l, last - 1u, r, i);
-  list_has_room(r);
-  r->free_mask |= run;
-  note_run(r, i);
-  if (committed) {
-    mark_dirty(r, run);
-    note_committed_run(l, run_around(r->free_mask & r->dirty_mask, i));
-  }
-  if (r->free_mask == ALL_SLABS) r->empty_since_ms = hk_os_now_ms();
-  l->slabs_used -= n;
-  if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
+  free_slabs(l, r, run, last, committed);
   due_purge(l);
   pthread_mutex_unlock(list_lock(l));
   hk_purge_poke = true; /* the caller wakes the purger once its state is consistent */
+}
+
+/* Slabs `lend` (bit k: the span's slab k, never the head) of a live page
+ * go back to the region, committed, for any span to take (heap.c,
+ * lend_free_slabs). Their table entries are cleared first: a stale pointer
+ * into them takes free()'s slow path until another span owns them. */
+void hk_region_lend_slabs(hk_page *page, unsigned lend) {
+  hk_region *reg = hk_region_of(page);
+  hk_region_info *r = reg->info;
+  region_list *l = r->list;
+  unsigned i = (unsigned)(page - reg->pages);
+  for (unsigned m = lend; m != 0; m &= m - 1) table_set(reg, i + (unsigned)__builtin_ctz(m), 1, NULL);
+  pthread_mutex_lock(list_lock(l));
+  free_slabs(l, r, (hk_slabmask)lend << i, (uint8_t)(page->cls + 1), true);
+  pthread_mutex_unlock(list_lock(l));
+  hk_purge_poke = true;
 }
 
 void hk_region_free_span(hk_page *page) { free_span(page, true); }

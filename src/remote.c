@@ -32,7 +32,6 @@
 
 #include <sched.h>
 
-#define HK_FOREIGN_TAG 16 /* inside slab 0, never a block, never a list end */
 
 /* ---- parked pages of idle owners ----
  * A page parked full whose blocks have all come back through remote frees
@@ -75,7 +74,9 @@ static _Atomic int reclaims_running, reclaims_blocked; /* fork: see hk_reclaim_f
 
 static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t n, uintptr_t old, hk_heap *owner) {
   uint64_t park = atomic_load_explicit(&page->park, memory_order_acquire);
-  if (hk_secure || (old >> HK_REMOTE_COUNT_SHIFT) + n != (uint32_t)park ||
+  /* (a page with lent slabs is never given back whole: others' spans may
+   * hold them) */
+  if (hk_secure || page->lent || (old >> HK_REMOTE_COUNT_SHIFT) + n != (uint32_t)park ||
       hk_os_now_ms() < atomic_load_explicit(&owner->active_ms, memory_order_relaxed) + HK_IDLE_OWNER_MS)
     return false;
   atomic_fetch_add(&reclaims_running, 1);
@@ -144,12 +145,8 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
     hk_purger_notify_free();
 }
 
-HK_INLINE uintptr_t foreign_tag(const hk_page *page, const hk_block *b) {
-  return page->key ^ (((uintptr_t)b & ~HK_REGION_MASK) + HK_FOREIGN_TAG);
-}
 HK_INLINE hk_block *foreign_next(const hk_block *b) { return (hk_block *)((&b->link)[1] ^ hk_key); }
 
-bool hk_foreign_tagged(const hk_page *page, const hk_block *b) { return b->link == foreign_tag(page, b); }
 
 /* Give every cached block of class cls back to its page. */
 static void foreign_flush(hk_heap *h, unsigned cls) {
@@ -240,7 +237,7 @@ static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
 
 /* Keep b in self's cache of class cls (there is room). */
 HK_INLINE void foreign_keep(hk_heap *self, const hk_page *page, hk_block *b, unsigned cls) {
-  b->link = foreign_tag(page, b);
+  b->link = hk_foreign_tag(page, b);
   (&b->link)[1] = (uintptr_t)self->foreign[cls] ^ hk_key;
   self->foreign[cls] = b;
   self->foreign_room[cls]--;
