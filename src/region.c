@@ -723,14 +723,21 @@ static void free_span(hk_page *page, bool committed) {
 
 /* Slabs `lend` (bit k: the span's slab k, never the head) of a live page
  * go back to the region, committed, for any span to take (heap.c,
- * lend_free_slabs). Their table entries are cleared first: a stale pointer
- * into them takes free()'s slow path until another span owns them. */
+ * lend_free_slabs). Their table entries and records stop leading to the
+ * page first: until another span owns them, free() of a stale pointer
+ * into them finds no live page there (an invalid free) instead of taking
+ * a dropped block back. */
 void hk_region_lend_slabs(hk_page *page, unsigned lend) {
   hk_region *reg = hk_region_of(page);
   hk_region_info *r = reg->info;
   region_list *l = r->list;
   unsigned i = (unsigned)(page - reg->pages);
-  for (unsigned m = lend; m != 0; m &= m - 1) table_set(reg, i + (unsigned)__builtin_ctz(m), 1, NULL);
+  for (unsigned m = lend; m != 0; m &= m - 1) {
+    unsigned s = i + (unsigned)__builtin_ctz(m);
+    table_set(reg, s, 1, NULL);
+    hk_page_clear_carved(&reg->pages[s]);
+    reg->pages[s].back = 0; /* its own record: bound 0, no live page */
+  }
   pthread_mutex_lock(list_lock(l));
   free_slabs(l, r, (hk_slabmask)lend << i, (uint8_t)(page->cls + 1), true);
   pthread_mutex_unlock(list_lock(l));
