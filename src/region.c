@@ -203,7 +203,7 @@ static region_list lists[HK_REGION_LISTS_MAX];
  * with 64 lists; here one or two pages whatever the count. */
 static struct {
   pthread_mutex_t m;
-} __attribute__((aligned(64))) list_locks[HK_REGION_LISTS_MAX];
+} __attribute__((aligned(64))) list_locks[HK_REGION_LISTS_MAX] __attribute__((aligned(4096))); /* one page */
 
 HK_INLINE pthread_mutex_t *list_lock(const region_list *l) { return &list_locks[l - lists].m; }
 
