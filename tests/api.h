@@ -154,6 +154,15 @@ static HKT_UNUSED size_t hkt_verify(const void *p, size_t n, uint64_t seed) {
 
 static HKT_UNUSED int hkt_is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
+/* xorshift64: a test's own reproducible sequence (state must not be 0) */
+static HKT_UNUSED uint64_t hkt_xorshift(uint64_t *state) {
+  uint64_t x = *state;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *state = x;
+}
+
 /* The process's resident set, in bytes, read with plain system calls:
  * fopen would allocate, and an allocator call could itself do the purging
  * a test is waiting for. */

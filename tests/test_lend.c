@@ -38,12 +38,7 @@ typedef struct {
 static blk small[NSMALL], big[ROUNDS][4096], again[NSMALL], kept[ROUNDS][NSMALL / 10];
 static int nbig[ROUNDS];
 static uint64_t rng = 88172645463325252ull;
-static uint64_t next_rand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
+static uint64_t next_rand(void) { return hkt_xorshift(&rng); }
 
 static void alloc_blk(blk *b, size_t lo, size_t hi, uint64_t seed) {
   b->n = lo + (size_t)(next_rand() % (hi - lo + 1));

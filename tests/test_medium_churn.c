@@ -50,12 +50,7 @@ static bool intact(const unsigned char *p, size_t n) {
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t next(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
+static uint64_t next(void) { return hkt_xorshift(&rng); }
 
 int main(void) {
   unsigned char *slot[SLOTS] = {0};
