@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <sched.h>
+#include <string.h>
 
 void hk_heap_fork_lock(void);
 void hk_heap_fork_unlock(void);
@@ -36,6 +37,8 @@ void hk_init(void) {
   check_size_classes();
   hk_options_init();
   hk_secure = hk_opt.secure >= 1;
+  /* hardened mode keeps no cache of remote-freed blocks (remote.c) */
+  if (hk_secure) memset(hk_class_foreign_max, 0, sizeof hk_class_foreign_max);
   hk_secure_zero = hk_opt.secure >= 2;
   uint64_t k = hk_os_random();
   /* High bits set: user data XOR key is then never a plausible address. */

@@ -251,6 +251,10 @@ HK_INLINE void foreign_keep(hk_heap *self, const hk_page *page, hk_block *b, uns
  * Out of line, so that the common path below saves no registers (it was
  * 29 instructions a remote free, 12 of them saving and restoring). */
 static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *self, hk_heap *owner) {
+  if (hk_secure) { /* (every class's room is 0 then: init.c) */
+    secure_free(b, page, self);
+    return;
+  }
   unsigned cls = page->cls;
   /* A block of an exited thread's page (no owner) goes straight back, so
    * the page can empty and be reused or given back: kept here, it pinned
@@ -266,12 +270,14 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
 }
 
 /* self: this thread's heap, or hk_heap_empty (no heap yet, or exiting). */
+/* Hardened mode takes the two unlikely branches: a block that looks free
+ * may be the owner's own, and every class's room is 0. */
 void hk_free_remote(hk_block *b, hk_page *page, hk_heap *self) {
-  if (hk_secure) {
-    secure_free(b, page, self);
-    return;
-  }
   if (HK_UNLIKELY(hk_looks_free(page, b))) {
+    if (hk_secure) {
+      secure_free(b, page, self);
+      return;
+    }
     /* Only the owner may walk the page's lists to confirm, and pushing the
      * block would corrupt the list (or cache) it is already on. A live
      * block's first word is 0 or user data, which matches a free link only
