@@ -387,7 +387,9 @@ HK_INLINE bool hk_is_carved_block(const hk_page *page, uintptr_t a) {
 typedef struct hk_page_queue { hk_page *first, *last; } hk_page_queue;
 
 typedef struct hk_heap_stats {
-  uint64_t pages_acquired, pages_released, remote_frees, pages_adopted, foreign_reused;
+  uint64_t pages_acquired, pages_released, pages_adopted;
+  uint64_t remote_frees;   /* remote frees sent to their page: at once, or flushed from the cache */
+  uint64_t foreign_reused; /* remote frees kept in the cache and handed out again */
 } hk_heap_stats;
 
 /* Remote-freed blocks a heap keeps for its own mallocs (remote.c): at most
