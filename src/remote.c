@@ -288,14 +288,15 @@ void hk_free_remote(hk_block *b, hk_page *page, hk_heap *self) {
      * 64-bit key, that does not happen by chance. */
     hk_fatal("double free detected (block freed again by another thread)", b);
   }
-  unsigned cls = page->cls;
-  hk_heap *owner = hk_owner_untag(atomic_load_explicit(&page->heap, memory_order_relaxed));
-  /* room 0 also stands for "no cache here" (hk_heap_empty) and "no cache
-   * for the class" (its maximum is 0): one test for the three */
+  size_t cls = page->cls;
+  /* (owners are tagged in hardened mode only, which fails the room test) */
+  hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_relaxed);
+  /* room 0 also stands for "no cache here" (hk_heap_empty), "no cache for
+   * the class" (its maximum is 0) and hardened mode: one test for all */
   if (HK_UNLIKELY(self->foreign_room[cls] == 0 || self->foreign_bytes + hk_class_size[cls] > HK_FOREIGN_BYTES ||
                   owner == NULL || owner_idle(self, owner))) {
     free_remote_other(b, page, self, owner);
     return;
   }
-  foreign_keep(self, page, b, cls);
+  foreign_keep(self, page, b, (unsigned)cls);
 }
