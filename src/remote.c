@@ -177,8 +177,8 @@ void hk_foreign_flush_all(hk_heap *h) {
     if (h->foreign[c] != NULL) foreign_flush(h, c);
 }
 
-HK_INLINE void *foreign_pop(hk_heap *h, unsigned cls) {
-  hk_block *b = h->foreign[cls];
+/* b: the class's first cached block */
+HK_INLINE void *foreign_pop(hk_heap *h, size_t cls, hk_block *b) {
   h->foreign[cls] = foreign_next(b);
   h->foreign_room[cls]++;
   h->foreign_bytes -= hk_class_size[cls];
@@ -191,19 +191,23 @@ HK_INLINE void *foreign_pop(hk_heap *h, unsigned cls) {
 /* malloc while the cache holds blocks: those of the class come first. A
  * thread that takes its blocks from here may not search pages for a long
  * time, so it notes the time here too, every 64 blocks (see owner_idle). */
-static HK_NOINLINE void *foreign_pop_noting_time(unsigned cls, hk_heap *h) {
+static HK_NOINLINE void *foreign_pop_noting_time(size_t cls, hk_heap *h, hk_block *b) {
   atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
-  return foreign_pop(h, cls);
+  return foreign_pop(h, cls, b);
 }
 
 void *hk_malloc_foreign(size_t size, hk_heap *h) {
-  if (size > HK_MEDIUM_MAX) return hk_malloc_slow(size, h);
-  unsigned cls = hk_size_class(size);
-  if (h->foreign[cls] != NULL) {
+  /* (small sizes first: one compare for them) */
+  size_t cls;
+  if (HK_LIKELY(size <= HK_LUT_MAX)) cls = hk_class_lut[(size + 7) >> 3];
+  else if (size <= HK_MEDIUM_MAX) cls = hk_size_class(size);
+  else return hk_malloc_slow(size, h);
+  hk_block *b = h->foreign[cls];
+  if (b != NULL) {
     /* (the clock in a call of its own: here, its call made every pop save
      * and restore registers) */
-    if (HK_UNLIKELY((h->stats.foreign_reused & 63) == 0)) return foreign_pop_noting_time(cls, h);
-    return foreign_pop(h, cls);
+    if (HK_UNLIKELY((h->stats.foreign_reused & 63) == 0)) return foreign_pop_noting_time(cls, h, b);
+    return foreign_pop(h, cls, b);
   }
   return hk_malloc_from(h, h->direct[cls], size);
 }
