@@ -63,9 +63,8 @@ void hk_init(void) {
  * did not make (their pid is the parent's, heap.c). And the first
  * pthread_atfork call of a process costs 64 KiB of RSS: it reads a
  * constant in a page of libc's read-only data, which the kernel maps with
- * the 15 pages around it, and its code is on a page no other start-up code
- * needs (one_block: 1424 -> 1296 KiB; glibc 1168). A program that starts
- * a thread, or whose purger starts, pays them then.
+ * the 15 pages around it (one_block: 1428 -> 1360 KiB; glibc 1184). A
+ * program that starts a thread, or whose purger starts, pays them then.
  * They must be in place before a second thread can run allocator code.
  * glibc's pthread_create marks the process multi-threaded and then, before
  * the new thread exists, allocates its DTV with calloc (2.36:
