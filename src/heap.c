@@ -805,7 +805,7 @@ static void lend_free_slabs(hk_page *p) {
     list = keep[k];
   }
   p->free = list;
-  p->lent |= (uint16_t)lend;
+  __atomic_store_n(&p->lent, (uint16_t)(p->lent | lend), __ATOMIC_RELAXED); /* (try_reclaim reads it) */
   hk_region_lend_slabs(p, lend);
   hk_stat_add(slabs_lent, (unsigned)__builtin_popcount(lend));
 }

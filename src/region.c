@@ -200,7 +200,7 @@ static region_list lists[HK_REGION_LISTS_MAX];
 /* Their locks, set in hk_region_init, lie apart, one to a cache line: in
  * the records, setting them (glibc's adaptive kind is not all zeros)
  * wrote a page for every three lists, 72 KiB of a one-block program's RSS
- * with 64 lists; here one or two pages whatever the count. */
+ * with 64 lists; here one page whatever the count. */
 static struct {
   pthread_mutex_t m;
 } __attribute__((aligned(64))) list_locks[HK_REGION_LISTS_MAX] __attribute__((aligned(4096))); /* one page */
@@ -787,16 +787,8 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
   memset(page + n, 0, (old - n) * sizeof(hk_page));
   page->nslabs = (uint8_t)n;
   pthread_mutex_lock(list_lock(l));
-  memset(&r->last_cls[i + n], last, old - n);
-  r->heads |= (hk_slabmask)1 << (i + n);
   note_same(l, last - 1u, r, i + n);
-  list_has_room(r);
-  r->free_mask |= tail;
-  note_run(r, i + n);
-  mark_dirty(r, tail);
-  note_committed_run(l, run_around(r->free_mask & r->dirty_mask, i + n));
-  l->slabs_used -= old - n;
-  if (l->slabs_used < l->epoch_low) l->epoch_low = l->slabs_used;
+  free_slabs(l, r, tail, last, true);
   pthread_mutex_unlock(list_lock(l));
   hk_purge_poke = true;
 }

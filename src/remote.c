@@ -32,7 +32,6 @@
 
 #include <sched.h>
 
-
 /* ---- parked pages of idle owners ----
  * A page parked full whose blocks have all come back through remote frees
  * is free, but only its owner can reuse it, and an owner that no longer
@@ -76,7 +75,7 @@ static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t
   uint64_t park = atomic_load_explicit(&page->park, memory_order_acquire);
   /* (a page with lent slabs is never given back whole: others' spans may
    * hold them) */
-  if (hk_secure || page->lent || (old >> HK_REMOTE_COUNT_SHIFT) + n != (uint32_t)park ||
+  if (hk_secure || __atomic_load_n(&page->lent, __ATOMIC_RELAXED) || (old >> HK_REMOTE_COUNT_SHIFT) + n != (uint32_t)park ||
       hk_os_now_ms() < atomic_load_explicit(&owner->active_ms, memory_order_relaxed) + HK_IDLE_OWNER_MS)
     return false;
   atomic_fetch_add(&reclaims_running, 1);
@@ -146,7 +145,6 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
 }
 
 HK_INLINE hk_block *foreign_next(const hk_block *b) { return (hk_block *)((&b->link)[1] ^ hk_key); }
-
 
 /* Give every cached block of class cls back to its page. */
 static void foreign_flush(hk_heap *h, unsigned cls) {
