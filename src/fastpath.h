@@ -4,7 +4,8 @@
  *                     blocks of other threads' pages this thread freed, if
  *                     it holds any: one test of a counter otherwise).
  * Same-thread free:   look the page up in the arena's page table, check the
- *                     pointer is a block start, push.
+ *                     pointer is a block start, push (onto the thread's
+ *                     cache instead while that holds blocks, remote.c).
  * Neither takes a lock, does an atomic read-modify-write or a system call;
  * everything else (page refill, remote frees, large blocks, errors) is in
  * the out-of-line slow paths.
@@ -48,7 +49,9 @@ HK_INLINE void hk_free_to_page(hk_page *page, void *p, void (*invalid)(void *)) 
   if (HK_LIKELY(hk_is_carved_block(page, (uintptr_t)p))) {
     hk_heap *heap = hk_tls_heap;
     hk_block *b = (hk_block *)p;
-    if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap)) {
+    /* the thread's own block, unless its cache holds blocks: then every
+     * free goes there (remote.c, free_owner) */
+    if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap->free_owner)) {
       uintptr_t key = page->key;
       /* every call below is a tail call: no registers to save here */
       if (HK_UNLIKELY(hk_looks_free(page, b))) {
@@ -62,7 +65,7 @@ HK_INLINE void hk_free_to_page(hk_page *page, void *p, void (*invalid)(void *)) 
       if (HK_UNLIKELY((int32_t)--page->used < 0)) hk_heap_page_emptied(heap, page);
       return;
     }
-    hk_free_remote(b, page, heap);
+    hk_free_to_cache(b, page, heap);
     return;
   }
   invalid(p);

@@ -16,7 +16,8 @@
 #include <string.h>
 
 hk_page hk_page_empty = {.used = (uint32_t)HK_USED_NORMAL}; /* no blocks, normal state */
-hk_heap hk_heap_empty = {.by_size = {[0 ... HK_LUT_SLOTS - 1] = &hk_page_empty},
+hk_heap hk_heap_empty = {.free_owner = HK_NO_OWNER(&hk_heap_empty), /* (not NULL: abandoned pages) */
+                         .by_size = {[0 ... HK_LUT_SLOTS - 1] = &hk_page_empty},
                          .direct = {[0 ... HK_NCLASSES - 1] = &hk_page_empty}};
 __thread hk_heap *hk_tls_heap __attribute__((tls_model("initial-exec"))) = &hk_heap_empty;
 
@@ -308,6 +309,7 @@ static hk_heap *heap_new(void) {
   memset(h->foreign, 0, sizeof h->foreign);
   for (unsigned c = 0; c < HK_NCLASSES; c++) h->foreign_room[c] = hk_class_foreign_max[c];
   h->foreign_bytes = 0;
+  h->free_owner = h;
   h->full = NULL;
   h->block_purge_ms = 0;
   h->purge_passes = 1; /* class_searched[] (0) then matches no pass */

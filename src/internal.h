@@ -389,18 +389,24 @@ typedef struct hk_page_queue { hk_page *first, *last; } hk_page_queue;
 typedef struct hk_heap_stats {
   uint64_t pages_acquired, pages_released, pages_adopted;
   uint64_t remote_frees;   /* remote frees sent to their page: at once, or flushed from the cache */
-  uint64_t foreign_reused; /* remote frees kept in the cache and handed out again */
+  uint64_t foreign_reused; /* freed blocks kept in the cache and handed out again */
 } hk_heap_stats;
 
 /* Remote-freed blocks a heap keeps for its own mallocs (remote.c): at most
  * this many bytes in all, and per class as hk_class_foreign_max says. */
-#define HK_FOREIGN_BYTES ((uint32_t)64 << 10)
-#define HK_FOREIGN_CLASS_BYTES ((uint32_t)8 << 10)
+#define HK_FOREIGN_BYTES ((uint32_t)256 << 10)
+#define HK_FOREIGN_CLASS_BYTES ((uint32_t)16 << 10)
 
 #define HK_LUT_SLOTS ((HK_LUT_MAX + 7) / 8 + 1)
 #define HK_GROWN_RING 16
 typedef struct hk_heap {
   uint32_t foreign_bytes;         /* bytes in foreign[]: malloc's first test */
+  uint8_t foreign_remote;         /* a block of another heap went into foreign[] since the
+                                     last check (remote.c: leaving cache mode) */
+  struct hk_heap *free_owner;     /* what free's fast path finds in page->heap for a block to
+                                     take its page's list: this heap, or while foreign[] holds
+                                     blocks (foreign_bytes != 0) HK_NO_OWNER(this heap), which no
+                                     page holds: one load instead of a test and a branch */
   hk_page *by_size[HK_LUT_SLOTS]; /* = direct[hk_class_lut[(size + 7) >> 3]]: malloc's
                                      first load for sizes up to 1 KiB, without the table */
   hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
@@ -453,6 +459,8 @@ typedef struct hk_heap {
 } hk_heap;
 
 extern hk_heap hk_heap_empty;     /* every thread starts here: direct[] -> hk_page_empty */
+/* (bit 1: heaps are 64-byte aligned; hardened mode tags owners with bit 0) */
+#define HK_NO_OWNER(h) ((hk_heap *)((char *)(h) + 2)) /* (= h | 2; a constant for hk_heap_empty) */
 
 /* ---- hardened mode (secure.c) ----
  * HAKMEM_SECURE=1: guard pages, randomised carving order, a canary after
@@ -609,8 +617,8 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state);
 #define HK_COLLECT_RECLAIMED UINT32_MAX
 bool hk_page_contains_free(hk_page *page, hk_block *b);
 
-/* ---- remote.c: frees of other heaps' blocks ---- */
-void hk_free_remote(hk_block *b, hk_page *page, hk_heap *self); /* (the order free() has them in) */
+/* ---- remote.c: frees of other heaps' blocks, the thread cache ---- */
+void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self); /* (the order free() has them in) */
 void *hk_malloc_foreign(size_t size, hk_heap *h); /* malloc while h->foreign_bytes != 0 */
 void hk_reclaim_fork_prepare(void);
 void hk_reclaim_fork_done(void);

@@ -16,10 +16,25 @@
  * blocks overflow back to their owners (larson with 4 threads +17 %, with
  * 16 +8 %, peak RSS -10 % and -3 %; 2026-11-25, docs/BENCHMARKS.md).
  *
+ * Cache mode. While the cache holds blocks, the thread's frees of its own
+ * blocks go there too (free's fast path compares page->heap with
+ * heap->free_owner, which is then no heap), so malloc finds a class's most
+ * recently freed block first whoever owns it, and both paths take one
+ * branch whatever the mix: with local and remote frees in random order
+ * (larson: half of each), the fast path's owner test and malloc's "cache
+ * or page" test each went the wrong way about half the time (cachegrind's
+ * branch model: 841k mispredictions in 800k operations, tcmalloc 58k; in
+ * cache mode 180k; larson's CPU time -16 %, 2026-11-26). A thread that
+ * keeps no block of another heap for 64 of its cached mallocs leaves the
+ * mode (foreign_pop_noting_time): for a thread's own blocks the pages are
+ * faster.
+ *
  * The cache is bounded: at most hk_class_foreign_max[cls] blocks per class
- * and HK_FOREIGN_BYTES in all. Past that, the class's blocks go back to
- * their pages, each run of blocks of one page with one CAS onto the page's
- * remote stack (foreign_flush). Thread exit and malloc_trim flush it all.
+ * and HK_FOREIGN_BYTES in all. Past that, the older half of the class, or
+ * of every class, goes back to the pages: each run of blocks of one page
+ * with one CAS onto the page's remote stack, or onto the page's own list
+ * for the thread's own blocks (foreign_flush_keep). Thread exit and
+ * malloc_trim flush it all.
  *
  * Double frees stay detected. A cached block's first word is the page key
  * XOR (its region base + HK_FOREIGN_TAG): it looks free to hk_looks_free,
@@ -146,33 +161,63 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
 
 HK_INLINE hk_block *foreign_next(const hk_block *b) { return (hk_block *)((&b->link)[1] ^ hk_key); }
 
-/* Give every cached block of class cls back to its page. */
-static void foreign_flush(hk_heap *h, unsigned cls) {
-  hk_block *b = h->foreign[cls];
-  h->foreign[cls] = NULL;
-  h->foreign_bytes -= (uint32_t)(hk_class_foreign_max[cls] - h->foreign_room[cls]) * hk_class_size[cls];
-  h->foreign_room[cls] = hk_class_foreign_max[cls];
+/* Give the cached blocks of class cls back to their pages but the `keep`
+ * most recently freed ones. A run of blocks of one page goes back in one
+ * push; the thread's own blocks (cache mode) go onto their page's free
+ * list as a local free would. */
+static void foreign_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
+  uint32_t held = (uint32_t)(hk_class_foreign_max[cls] - h->foreign_room[cls]);
+  if (held <= keep) return;
+  hk_block *b;
+  if (keep == 0) {
+    b = h->foreign[cls];
+    h->foreign[cls] = NULL;
+  } else {
+    hk_block *cut = h->foreign[cls];
+    for (uint32_t i = 1; i < keep; i++) cut = foreign_next(cut);
+    b = foreign_next(cut);
+    (&cut->link)[1] = hk_key; /* (NULL) */
+  }
+  h->foreign_bytes -= (held - keep) * hk_class_size[cls];
+  if (h->foreign_bytes == 0) h->free_owner = h;
+  h->foreign_room[cls] = (uint16_t)(hk_class_foreign_max[cls] - keep);
   while (b != NULL) {
     hk_page *page = hk_page_of(hk_region_of(b), b);
     hk_block *first = b, *last = b, *next = foreign_next(b);
     uint32_t n = 1;
-    /* a run of blocks of the same page goes in one push (every `next` is
-     * read before its block is pushed: then the owner may reuse it) */
+    /* (every `next` is read before its block is pushed: then the owner may
+     * reuse it) */
     while (next != NULL && hk_page_of(hk_region_of(next), next) == page) {
       hk_link_set(last, next, page->key);
       last = next;
       next = foreign_next(next);
       n++;
     }
-    remote_push(page, first, last, n);
-    h->stats.remote_frees += n;
+    if (atomic_load_explicit(&page->heap, memory_order_relaxed) == h) {
+      hk_link_set(last, page->free, page->key);
+      page->free = first;
+      page->used -= n;
+      if ((int32_t)page->used < 0) hk_heap_page_emptied(h, page); /* (as in hk_free_to_page) */
+    } else {
+      remote_push(page, first, last, n);
+      h->stats.remote_frees += n;
+    }
     b = next;
   }
 }
 
+/* The cache is over HK_FOREIGN_BYTES: every class gives back its older
+ * half (a class's recent blocks are the ones its next mallocs reuse while
+ * they are still in this core's cache; emptying the whole cache, as until
+ * 2026-11-26, sent half of larson's mallocs to cold page blocks). */
+static void foreign_halve(hk_heap *h) {
+  for (unsigned c = 0; c < HK_NCLASSES; c++)
+    if (h->foreign[c] != NULL) foreign_flush_keep(h, c, (uint32_t)(hk_class_foreign_max[c] - h->foreign_room[c]) / 2);
+}
+
 void hk_foreign_flush_all(hk_heap *h) {
   for (unsigned c = 0; c < HK_NCLASSES && h->foreign_bytes != 0; c++)
-    if (h->foreign[c] != NULL) foreign_flush(h, c);
+    if (h->foreign[c] != NULL) foreign_flush_keep(h, c, 0);
 }
 
 /* b: the class's first cached block */
@@ -180,18 +225,26 @@ HK_INLINE void *foreign_pop(hk_heap *h, size_t cls, hk_block *b) {
   h->foreign[cls] = foreign_next(b);
   h->foreign_room[cls]++;
   h->foreign_bytes -= hk_class_size[cls];
+  if (HK_UNLIKELY(h->foreign_bytes == 0)) h->free_owner = h;
   b->link = 0; /* a live block must not look free */
   (&b->link)[1] = 0;
   h->stats.foreign_reused++;
   return b;
 }
 
-/* malloc while the cache holds blocks: those of the class come first. A
- * thread that takes its blocks from here may not search pages for a long
- * time, so it notes the time here too, every 64 blocks (see owner_idle). */
+/* Every 64 blocks taken from the cache. A thread that takes its blocks from
+ * here may not search pages for a long time, so it notes the time (see
+ * owner_idle). And a thread whose cache took no block of another heap
+ * since the last time leaves cache mode: it sends the cache back to the
+ * pages, so that its frees go to them again (a thread that caches its own
+ * frees only, as larson's single worker did once its one remote owner was
+ * idle, ran 20 % slower than on its pages: 53.6 -> 43 Mops/s). */
 static HK_NOINLINE void *foreign_pop_noting_time(size_t cls, hk_heap *h, hk_block *b) {
   atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
-  return foreign_pop(h, cls, b);
+  void *p = foreign_pop(h, cls, b);
+  if (!h->foreign_remote) hk_foreign_flush_all(h);
+  h->foreign_remote = 0;
+  return p;
 }
 
 void *hk_malloc_foreign(size_t size, hk_heap *h) {
@@ -214,9 +267,8 @@ void *hk_malloc_foreign(size_t size, hk_heap *h) {
  * clocks advance only while their threads allocate (no clock read here).
  * Such an owner (a thread that filled a structure for others and now
  * waits) would never free its blocks itself: cached and reused here, they
- * would go round this cache forever, every free of them a remote free
- * (larson with one worker: 47.3 -> 29.1 Mops/s), and its pages would never
- * empty for the reclaim above. */
+ * would go round this cache forever, keeping it in cache mode, and its
+ * pages would never empty for the reclaim above. */
 HK_INLINE bool owner_idle(const hk_heap *self, const hk_heap *owner) {
   return atomic_load_explicit(&owner->active_ms, memory_order_relaxed) + HK_IDLE_OWNER_MS <=
          atomic_load_explicit(&self->active_ms, memory_order_relaxed);
@@ -238,13 +290,17 @@ static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
   if (self != &hk_heap_empty) self->stats.remote_frees++;
 }
 
-/* Keep b in self's cache of class cls (there is room). */
-HK_INLINE void foreign_keep(hk_heap *self, const hk_page *page, hk_block *b, unsigned cls) {
+/* Keep b, a block of owner's, in self's cache of class cls (there is
+ * room). */
+HK_INLINE void foreign_keep(hk_heap *self, const hk_page *page, hk_block *b, unsigned cls, const hk_heap *owner) {
+  /* (without a branch: local and remote frees come in any order) */
+  self->foreign_remote |= (uint8_t)(owner != self);
   b->link = hk_foreign_tag(page, b);
   (&b->link)[1] = (uintptr_t)self->foreign[cls] ^ hk_key;
   self->foreign[cls] = b;
   self->foreign_room[cls]--;
   self->foreign_bytes += hk_class_size[cls];
+  self->free_owner = HK_NO_OWNER(self); /* (cache mode, if it was not on) */
   /* (not counted here: a kept block is counted when it is reused or
    * flushed, see stats.c) */
 }
@@ -260,25 +316,38 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
     return;
   }
   unsigned cls = page->cls;
-  /* A block of an exited thread's page (no owner) goes straight back, so
-   * the page can empty and be reused or given back: kept here, it pinned
-   * its page for as long as this thread allocated nothing of the class
-   * (thread_churn's main thread: peak RSS 4268 -> 4148 KiB). */
-  if (self == &hk_heap_empty || hk_class_foreign_max[cls] == 0 || owner == NULL || owner_idle(self, owner)) {
+  if (owner == self) { /* cache mode, and the class has no cache */
+    if (hk_class_foreign_max[cls] == 0) {
+      hk_free_local_push(self, page, b);
+      return;
+    }
+  } else if (self == &hk_heap_empty || hk_class_foreign_max[cls] == 0 || owner == NULL || owner_idle(self, owner)) {
+    /* A block of an exited thread's page (no owner) goes straight back, so
+     * the page can empty and be reused or given back: kept here, it pinned
+     * its page for as long as this thread allocated nothing of the class
+     * (thread_churn's main thread: peak RSS 4268 -> 4148 KiB). */
     remote_push(page, b, b, 1);
     if (self != &hk_heap_empty) self->stats.remote_frees++;
     return;
   }
-  if (self->foreign_room[cls] == 0) foreign_flush(self, cls);
-  if (self->foreign_bytes + hk_class_size[cls] > HK_FOREIGN_BYTES) hk_foreign_flush_all(self);
-  foreign_keep(self, page, b, cls);
+  if (self->foreign_room[cls] == 0) foreign_flush_keep(self, cls, hk_class_foreign_max[cls] / 2);
+  if (self->foreign_bytes + hk_class_size[cls] > HK_FOREIGN_BYTES) foreign_halve(self);
+  foreign_keep(self, page, b, cls, owner);
 }
 
-/* self: this thread's heap, or hk_heap_empty (no heap yet, or exiting). */
-/* Hardened mode takes the two unlikely branches: a block that looks free
- * may be the owner's own, and every class's room is 0. */
-void hk_free_remote(hk_block *b, hk_page *page, hk_heap *self) {
+/* A free of another heap's block, or any free while this thread's cache
+ * holds blocks (cache mode, see the top of this file). self: this
+ * thread's heap, or hk_heap_empty (no heap yet, or exiting). Hardened mode
+ * takes the two unlikely branches: a block that looks free may be the
+ * owner's own, and every class's room is 0. */
+void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
+  /* (owners are tagged in hardened mode only, which fails the room test) */
+  hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_relaxed);
   if (HK_UNLIKELY(hk_looks_free(page, b))) {
+    if (owner == self) { /* cache mode: the owner can confirm */
+      hk_free_local_checked(self, page, b);
+      return;
+    }
     if (hk_secure) {
       secure_free(b, page, self);
       return;
@@ -291,14 +360,13 @@ void hk_free_remote(hk_block *b, hk_page *page, hk_heap *self) {
     hk_fatal("double free detected (block freed again by another thread)", b);
   }
   size_t cls = page->cls;
-  /* (owners are tagged in hardened mode only, which fails the room test) */
-  hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_relaxed);
   /* room 0 also stands for "no cache here" (hk_heap_empty), "no cache for
-   * the class" (its maximum is 0) and hardened mode: one test for all */
+   * the class" (its maximum is 0) and hardened mode: one test for all. An
+   * owner that is this thread is neither NULL nor idle. */
   if (HK_UNLIKELY(self->foreign_room[cls] == 0 || self->foreign_bytes + hk_class_size[cls] > HK_FOREIGN_BYTES ||
                   owner == NULL || owner_idle(self, owner))) {
     free_remote_other(b, page, self, owner);
     return;
   }
-  foreign_keep(self, page, b, (unsigned)cls);
+  foreign_keep(self, page, b, (unsigned)cls, owner);
 }

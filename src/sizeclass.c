@@ -124,7 +124,7 @@ void hk_sizeclass_init(void) {
     /* remote.c links cached blocks through their second word */
     uint32_t fmax = HK_FOREIGN_CLASS_BYTES / size;
     /* a twin's blocks would never be taken: malloc never picks the class */
-    hk_class_foreign_max[c] = (uint8_t)(size < 16 || c >= HK_NSIZES ? 0 : fmax > 64 ? 64 : fmax);
+    hk_class_foreign_max[c] = (uint8_t)(size < 16 || c >= HK_NSIZES ? 0 : fmax > 128 ? 128 : fmax);
   }
   hk_class_lut[0] = 0;
   for (size_t i = 1; i < sizeof(hk_class_lut); i++) {

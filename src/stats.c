@@ -74,13 +74,8 @@ void hk_stats_print(void) {
   line("empty pages of exited threads trimmed", LOAD(abandoned_trimmed), NULL);
   line("spare spans given back after a purge delay", LOAD(spares_released), NULL);
   line("full pages emptied remotely, given back", LOAD(pages_reclaimed), NULL);
-  /* kept blocks are counted when they leave the cache: those still in
-   * this thread's cache are added here */
-  uint64_t cached = 0;
-  if (h != &hk_heap_empty)
-    for (unsigned c = 0; c < HK_NCLASSES; c++) cached += (uint64_t)(hk_class_foreign_max[c] - h->foreign_room[c]);
-  line("remote frees", t.remote_frees + t.foreign_reused + cached, NULL);
-  line("remote-freed blocks reused by the freer", t.foreign_reused, NULL);
+  line("remote frees sent back to their pages", t.remote_frees, NULL);
+  line("freed blocks reused from the thread cache", t.foreign_reused, NULL);
   hk_os_write_stderr("hakmem: large tier (direct mappings)\n", 37);
   line("large allocations", LOAD(large_allocs), NULL);
   line("large frees", LOAD(large_frees), NULL);

@@ -1,0 +1,182 @@
+/* test_cache_mode: a thread whose cache holds blocks of other threads' pages
+ * sends its own frees there too, and leaves that mode when no more blocks of
+ * other heaps come (src/remote.c, "cache mode").
+ *
+ * Thread A frees a block of thread B's: A's cache holds it, A is in cache
+ * mode (foreign_bytes != 0, free_owner is not A's heap). A's own free then
+ * goes to the cache too (the block carries the foreign tag) and is A's next
+ * malloc of that size. In a forked child, freeing such a cached block of
+ * A's own again aborts with hakmem's double-free message. Then A and B
+ * free each other's blocks, and their own, thousands of times over sizes
+ * 16 B-8 KiB, so that classes overflow (half of a class goes back) and the
+ * cache overflows (every class halves): every live block keeps its
+ * contents. Last, A replaces its own blocks only: within a few hundred
+ * mallocs it is out of cache mode (its cache is empty and its frees go to
+ * its pages again).
+ *
+ * Linked with libhakmem.a (malloc replaced, internal names visible). */
+#define _GNU_SOURCE
+#include "../src/internal.h"
+#include "api.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#define NBLK 4000
+
+typedef struct {
+  unsigned char *p;
+  size_t n;
+  uint64_t seed;
+} blk;
+
+static blk a_own[NBLK], b_own[NBLK];
+static pthread_barrier_t bar;
+static uint64_t seed_next = 1;
+
+static size_t pick_size(uint64_t *rng) {
+  uint64_t r = hkt_xorshift(rng);
+  /* mostly small, some up to 8 KiB (the classes with a cache) */
+  return (r & 3) ? 16 + (size_t)(r >> 8) % 1009 : 1024 + (size_t)(r >> 8) % 7169;
+}
+
+static void alloc_blk(blk *b, size_t n) {
+  b->n = n;
+  b->p = malloc(n);
+  CHECK(b->p != NULL, "malloc(%zu) failed", n);
+  b->seed = __atomic_fetch_add(&seed_next, 1, __ATOMIC_RELAXED);
+  hkt_fill(b->p, n, b->seed);
+}
+
+static void check_blk(const blk *b, const char *what) {
+  size_t bad = hkt_verify(b->p, b->n, b->seed);
+  CHECK(bad == HKT_OK, "%s: block %p of %zu bytes changed at byte %zu", what, (void *)b->p, b->n, bad);
+}
+
+static bool in_cache_mode(void) {
+  hk_heap *h = hk_tls_heap;
+  return h->foreign_bytes != 0 && h->free_owner != h;
+}
+
+/* B: allocates its blocks, waits; then frees A's blocks and replaces them
+ * with its own, while A does the same with B's */
+static void *thread_b(void *arg) {
+  (void)arg;
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < NBLK; i++) alloc_blk(&b_own[i], pick_size(&rng));
+  pthread_barrier_wait(&bar); /* 1: B's blocks are there */
+  pthread_barrier_wait(&bar); /* 2: A is done with the single-block checks */
+  for (int i = 0; i < NBLK; i += 2) { /* A's even blocks: remote frees here */
+    check_blk(&a_own[i], "A's block, freed by B");
+    free(a_own[i].p);
+    alloc_blk(&a_own[i], pick_size(&rng));
+  }
+  pthread_barrier_wait(&bar); /* 3 */
+  return NULL;
+}
+
+int main(void) {
+  if (hk_secure) { /* no cache in hardened mode (init.c) */
+    printf("test_cache_mode: hardened mode keeps no cache: skipped\n");
+    return 0;
+  }
+  CHECK(pthread_barrier_init(&bar, NULL, 2) == 0, "pthread_barrier_init failed");
+  uint64_t rng = 12345;
+  for (int i = 0; i < NBLK; i++) alloc_blk(&a_own[i], pick_size(&rng));
+  pthread_t tb;
+  CHECK(pthread_create(&tb, NULL, thread_b, NULL) == 0, "pthread_create failed");
+  pthread_barrier_wait(&bar); /* 1 */
+
+  /* one remote free: cache mode */
+  CHECK(!in_cache_mode(), "in cache mode before any remote free");
+  blk spare;
+  alloc_blk(&spare, 64); /* keeps the 64-byte class's page in use */
+  check_blk(&b_own[0], "B's block");
+  free(b_own[0].p);
+  alloc_blk(&b_own[0], 64 + 8);
+  CHECK(in_cache_mode(), "a remote free kept in the cache did not start cache mode");
+
+  /* an own free goes to the cache and comes back first */
+  blk mine;
+  alloc_blk(&mine, 64);
+  hk_page *page = hk_arena_page(hk_arena_slab((uintptr_t)mine.p));
+  CHECK(hk_is_carved_block(page, (uintptr_t)mine.p), "block %p not found in the page table", (void *)mine.p);
+  unsigned char *was = mine.p;
+  free(mine.p);
+  CHECK(hk_foreign_tagged(page, (hk_block *)was), "own free in cache mode did not go to the cache");
+  alloc_blk(&mine, 64);
+  CHECK(mine.p == was, "own block freed in cache mode not reused first: got %p, freed %p", (void *)mine.p,
+        (void *)was);
+
+  /* freeing a cached block of one's own again is a double free */
+  free(mine.p);
+  fflush(stdout);
+  int errp[2];
+  CHECK(pipe(errp) == 0, "pipe failed");
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork failed");
+  if (pid == 0) {
+    dup2(errp[1], 2);
+    free(hkt_opaque_ptr(was));
+    _exit(0); /* not reached if detected */
+  }
+  close(errp[1]);
+  char msg[512] = {0};
+  ssize_t got = read(errp[0], msg, sizeof msg - 1);
+  (void)got;
+  close(errp[0]);
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid, "waitpid failed");
+  CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "double free of an own cached block not caught (status %#x)", st);
+  CHECK(strstr(msg, "hakmem") && strstr(msg, "double free"), "message does not name hakmem and the double free: %s",
+        msg);
+  alloc_blk(&mine, 64);
+
+  pthread_barrier_wait(&bar); /* 2 */
+  /* B's odd blocks and A's own odd blocks, interleaved: local and remote frees */
+  for (int round = 0; round < 3; round++)
+    for (int i = 1; i < NBLK; i += 2) {
+      check_blk(&b_own[i], "B's block, freed by A");
+      free(b_own[i].p);
+      alloc_blk(&b_own[i], pick_size(&rng));
+      check_blk(&a_own[i], "A's own block");
+      free(a_own[i].p);
+      alloc_blk(&a_own[i], pick_size(&rng));
+    }
+  pthread_barrier_wait(&bar); /* 3 */
+  pthread_join(tb, NULL);
+  /* (B, waiting, may count as idle by now: its blocks then go straight
+   * back, and A may have left cache mode already) */
+
+  /* own blocks only: the mode ends */
+  int ops = 0;
+  for (; ops < 2000 && in_cache_mode(); ops++) {
+    int i = 1 + 2 * (int)(hkt_xorshift(&rng) % (NBLK / 2));
+    check_blk(&a_own[i], "A's own block (own frees only)");
+    free(a_own[i].p);
+    alloc_blk(&a_own[i], pick_size(&rng));
+  }
+  CHECK(!in_cache_mode(), "still in cache mode after %d own frees and mallocs", ops);
+  CHECK(hk_tls_heap->free_owner == hk_tls_heap, "free_owner not restored");
+  blk after;
+  alloc_blk(&after, 64);
+  page = hk_arena_page(hk_arena_slab((uintptr_t)after.p));
+  free(after.p);
+  CHECK(!hk_foreign_tagged(page, (hk_block *)after.p), "own free after cache mode still went to the cache");
+
+  for (int i = 0; i < NBLK; i++) {
+    check_blk(&a_own[i], "final A");
+    check_blk(&b_own[i], "final B");
+    free(a_own[i].p);
+    free(b_own[i].p);
+  }
+  check_blk(&mine, "final own block");
+  check_blk(&spare, "final spare");
+  free(mine.p);
+  free(spare.p);
+  printf("test_cache_mode: cache mode began with one remote free, took own frees (reused first, double free "
+         "caught), kept %d blocks intact over %d mixed frees, ended after %d own-only operations\n",
+         2 * NBLK, 3 * NBLK, ops);
+  return 0;
+}
