@@ -910,7 +910,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
   /* the clock every 16th search only: 1.4 % of mid_large_mt's time when
    * read on each; an owner idle for HK_IDLE_OWNER_MS by this measure makes
    * fewer than 1600 page searches a second */
-  if ((++h->searches & 15) == 0) atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
+  if ((++h->searches & 15) == 0) hk_heap_note_active(h);
   h->class_searched[cls] = h->purge_passes;
   if (atomic_load_explicit(&h->remote_hint, memory_order_acquire)) rescue_full(h);
   hk_page_queue *q = &h->queues[cls];

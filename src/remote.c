@@ -240,7 +240,7 @@ HK_INLINE void *foreign_pop(hk_heap *h, size_t cls, hk_block *b) {
  * frees only, as larson's single worker did once its one remote owner was
  * idle, ran 20 % slower than on its pages: 53.6 -> 43 Mops/s). */
 static HK_NOINLINE void *foreign_pop_noting_time(size_t cls, hk_heap *h, hk_block *b) {
-  atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
+  hk_heap_note_active(h);
   void *p = foreign_pop(h, cls, b);
   if (!h->foreign_remote) hk_foreign_flush_all(h);
   h->foreign_remote = 0;
