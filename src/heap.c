@@ -306,9 +306,9 @@ static hk_heap *heap_new(void) {
   h->searches = 0;
   atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
   memset(h->queues, 0, sizeof h->queues);
-  memset(h->foreign, 0, sizeof h->foreign);
-  for (unsigned c = 0; c < HK_NCLASSES; c++) h->foreign_room[c] = hk_class_foreign_max[c];
-  h->foreign_bytes = 0;
+  for (unsigned c = 0; c < HK_NCLASSES; c++)
+    h->cache[c] = (hk_cache_bin){NULL, hk_class_size[c], hk_class_cache_max[c], hk_class_cache_max[c]};
+  h->cache_bytes = 0;
   h->free_owner = h;
   h->full = NULL;
   h->block_purge_ms = 0;
@@ -409,7 +409,7 @@ static void abandon_page(hk_page *page) {
 }
 
 static void heap_abandon(hk_heap *h) {
-  hk_foreign_flush_all(h);
+  hk_cache_flush_all(h);
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
     hk_page *p;
     while ((p = h->queues[c].first) != NULL) {
@@ -1099,7 +1099,7 @@ void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
 
 /* Collect remote frees and give back empty pages (malloc_trim, thread exit). */
 void hk_heap_collect(hk_heap *h, bool release_all) {
-  hk_foreign_flush_all(h);
+  hk_cache_flush_all(h);
   rescue_full(h);
   purge_blocks(h, true);
   for (unsigned c = 0; c < HK_NCLASSES; c++) {

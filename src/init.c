@@ -38,7 +38,7 @@ void hk_init(void) {
   hk_options_init();
   hk_secure = hk_opt.secure >= 1;
   /* hardened mode keeps no cache of remote-freed blocks (remote.c) */
-  if (hk_secure) memset(hk_class_foreign_max, 0, sizeof hk_class_foreign_max);
+  if (hk_secure) memset(hk_class_cache_max, 0, sizeof hk_class_cache_max);
   hk_secure_zero = hk_opt.secure >= 2;
   uint64_t k = hk_os_random();
   /* High bits set: user data XOR key is then never a plausible address. */

@@ -105,7 +105,7 @@ enum { HK_COLORED_SLAB = 1, HK_COLORED_IN_SPAN = 2 };
 #define HK_COLORS 64
 extern uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
 extern uint8_t hk_class_lut_first[HK_NCLASSES];
-extern uint8_t hk_class_foreign_max[HK_NCLASSES]; /* remote.c's cache per class, in blocks (0: none) */
+extern uint8_t hk_class_cache_max[HK_NCLASSES]; /* remote.c's thread cache per class, in blocks (0: none) */
 
 HK_INLINE unsigned hk_size_class(size_t size) {
   if (HK_LIKELY(size <= HK_LUT_MAX)) return hk_class_lut[(size + 7) >> 3];
@@ -389,23 +389,34 @@ typedef struct hk_page_queue { hk_page *first, *last; } hk_page_queue;
 typedef struct hk_heap_stats {
   uint64_t pages_acquired, pages_released, pages_adopted;
   uint64_t remote_frees;   /* remote frees sent to their page: at once, or flushed from the cache */
-  uint64_t foreign_reused; /* freed blocks kept in the cache and handed out again */
+  uint64_t cache_reused;   /* freed blocks kept in the thread cache and handed out again */
 } hk_heap_stats;
 
-/* Remote-freed blocks a heap keeps for its own mallocs (remote.c): at most
- * this many bytes in all, and per class as hk_class_foreign_max says. */
-#define HK_FOREIGN_BYTES ((uint32_t)256 << 10)
-#define HK_FOREIGN_CLASS_BYTES ((uint32_t)16 << 10)
+/* Freed blocks a heap keeps for its own mallocs (remote.c): at most
+ * this many bytes in all, and per class as hk_class_cache_max says. */
+#define HK_CACHE_BYTES ((uint32_t)256 << 10)
+#define HK_CACHE_CLASS_BYTES ((uint32_t)16 << 10)
+
+/* A class's list in the thread cache: what its malloc and free read, in one
+ * 16-byte slot (first, room and the size were in three arrays, three cache
+ * lines a class). */
+typedef struct hk_cache_bin {
+  hk_block *first;   /* most recently freed first; linked through the blocks' second word */
+  uint32_t size;     /* hk_class_size of the class: what it adds to cache_bytes */
+  uint16_t room;     /* blocks it may still take: max less those it holds (0 in hk_heap_empty,
+                        and for a class without cache: one test for all) */
+  uint16_t max;      /* hk_class_cache_max of the class */
+} hk_cache_bin;
 
 #define HK_LUT_SLOTS ((HK_LUT_MAX + 7) / 8 + 1)
 #define HK_GROWN_RING 16
 typedef struct hk_heap {
-  uint32_t foreign_bytes;         /* bytes in foreign[]: malloc's first test */
-  uint8_t foreign_remote;         /* a block of another heap went into foreign[] since the
+  uint32_t cache_bytes;           /* bytes in cache[]: malloc's first test */
+  uint8_t cache_remote;           /* a block of another heap went into cache[] since the
                                      last check (remote.c: leaving cache mode) */
   struct hk_heap *free_owner;     /* what free's fast path finds in page->heap for a block to
-                                     take its page's list: this heap, or while foreign[] holds
-                                     blocks (foreign_bytes != 0) HK_NO_OWNER(this heap), which no
+                                     take its page's list: this heap, or while cache[] holds
+                                     blocks (cache_bytes != 0) HK_NO_OWNER(this heap), which no
                                      page holds: one load instead of a test and a branch */
   hk_page *by_size[HK_LUT_SLOTS]; /* = direct[hk_class_lut[(size + 7) >> 3]]: malloc's
                                      first load for sizes up to 1 KiB, without the table */
@@ -413,9 +424,7 @@ typedef struct hk_heap {
   uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
   uint32_t searches;              /* page searches (find_page) */
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
-  hk_block *foreign[HK_NCLASSES];  /* blocks of other heaps' pages freed here (remote.c) */
-  uint16_t foreign_room[HK_NCLASSES]; /* blocks the class's cache may still take: hk_class_foreign_max
-                                       less those it holds (0 in hk_heap_empty: it keeps none) */
+  _Alignas(64) hk_cache_bin cache[HK_NCLASSES]; /* the thread cache of freed blocks (remote.c) */
   hk_page *full;                  /* parked full pages (doubly linked) */
   uint32_t held_bytes;            /* carved bytes of held pages: held[] and pages marked held */
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:
@@ -631,10 +640,10 @@ bool hk_page_contains_free(hk_page *page, hk_block *b);
 
 /* ---- remote.c: frees of other heaps' blocks, the thread cache ---- */
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self); /* (the order free() has them in) */
-void *hk_malloc_foreign(size_t size, hk_heap *h); /* malloc while h->foreign_bytes != 0 */
+void *hk_malloc_cached(size_t size, hk_heap *h); /* malloc while h->cache_bytes != 0 */
 void hk_reclaim_fork_prepare(void);
 void hk_reclaim_fork_done(void);
-void hk_foreign_flush_all(hk_heap *h);
+void hk_cache_flush_all(hk_heap *h);
 /* The first word of a block that is neither live nor on a free list (in a
  * remote freer's cache, remote.c; dropped with a lent slab, heap.c): it
  * looks free to hk_looks_free, and a free of it is a double free. */

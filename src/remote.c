@@ -1,10 +1,10 @@
 /* Frees of blocks whose page another thread's heap owns ("remote" frees).
  *
  * Such a block does not go straight back to its page. The freeing thread
- * keeps it in a small cache per size class (heap->foreign) and hands it out
+ * keeps it in a small cache per size class (heap->cache) and hands it out
  * again on its own next malloc of that class, before the blocks of its
- * current page: malloc's fast path tests heap->foreign_bytes and, while it
- * is not 0, goes through hk_malloc_foreign. While it sits there the block
+ * current page: malloc's fast path tests heap->cache_bytes and, while it
+ * is not 0, goes through hk_malloc_cached. While it sits there the block
  * stays counted in its page's `used`, exactly as if it were still live, so
  * the owner needs to know nothing. Why: in a server-style program (larson)
  * most frees are remote; pushing each one onto the owner's page cost a CAS
@@ -26,14 +26,14 @@
  * branch model: 841k mispredictions in 800k operations, tcmalloc 58k; in
  * cache mode 180k; larson's CPU time -16 %, 2026-11-26). A thread that
  * keeps no block of another heap for 64 of its cached mallocs leaves the
- * mode (foreign_pop_noting_time): for a thread's own blocks the pages are
+ * mode (cache_pop_noting_time): for a thread's own blocks the pages are
  * faster.
  *
- * The cache is bounded: at most hk_class_foreign_max[cls] blocks per class
- * and HK_FOREIGN_BYTES in all. Past that, the older half of the class, or
+ * The cache is bounded: at most hk_class_cache_max[cls] blocks per class
+ * and HK_CACHE_BYTES in all. Past that, the older half of the class, or
  * of every class, goes back to the pages: each run of blocks of one page
  * with one CAS onto the page's remote stack, or onto the page's own list
- * for the thread's own blocks (foreign_flush_keep). Thread exit and
+ * for the thread's own blocks (cache_flush_keep). Thread exit and
  * malloc_trim flush it all.
  *
  * Double frees stay detected. A cached block's first word is the page key
@@ -159,38 +159,38 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
     hk_purger_notify_free();
 }
 
-HK_INLINE hk_block *foreign_next(const hk_block *b) { return (hk_block *)((&b->link)[1] ^ hk_key); }
+HK_INLINE hk_block *cache_next(const hk_block *b) { return (hk_block *)((&b->link)[1] ^ hk_key); }
 
-/* Give the cached blocks of class cls back to their pages but the `keep`
- * most recently freed ones. A run of blocks of one page goes back in one
- * push; the thread's own blocks (cache mode) go onto their page's free
- * list as a local free would. */
-static void foreign_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
-  uint32_t held = (uint32_t)(hk_class_foreign_max[cls] - h->foreign_room[cls]);
+/* Give the cached blocks of a bin back to their pages but the `keep` most
+ * recently freed ones. A run of blocks of one page goes back in one push;
+ * the thread's own blocks (cache mode) go onto their page's free list as a
+ * local free would. */
+static void cache_flush_keep(hk_heap *h, hk_cache_bin *bin, uint32_t keep) {
+  uint32_t held = (uint32_t)(bin->max - bin->room);
   if (held <= keep) return;
   hk_block *b;
   if (keep == 0) {
-    b = h->foreign[cls];
-    h->foreign[cls] = NULL;
+    b = bin->first;
+    bin->first = NULL;
   } else {
-    hk_block *cut = h->foreign[cls];
-    for (uint32_t i = 1; i < keep; i++) cut = foreign_next(cut);
-    b = foreign_next(cut);
+    hk_block *cut = bin->first;
+    for (uint32_t i = 1; i < keep; i++) cut = cache_next(cut);
+    b = cache_next(cut);
     (&cut->link)[1] = hk_key; /* (NULL) */
   }
-  h->foreign_bytes -= (held - keep) * hk_class_size[cls];
-  if (h->foreign_bytes == 0) h->free_owner = h;
-  h->foreign_room[cls] = (uint16_t)(hk_class_foreign_max[cls] - keep);
+  h->cache_bytes -= (held - keep) * bin->size;
+  if (h->cache_bytes == 0) h->free_owner = h;
+  bin->room = (uint16_t)(bin->max - keep);
   while (b != NULL) {
     hk_page *page = hk_page_of(hk_region_of(b), b);
-    hk_block *first = b, *last = b, *next = foreign_next(b);
+    hk_block *first = b, *last = b, *next = cache_next(b);
     uint32_t n = 1;
     /* (every `next` is read before its block is pushed: then the owner may
      * reuse it) */
     while (next != NULL && hk_page_of(hk_region_of(next), next) == page) {
       hk_link_set(last, next, page->key);
       last = next;
-      next = foreign_next(next);
+      next = cache_next(next);
       n++;
     }
     if (atomic_load_explicit(&page->heap, memory_order_relaxed) == h) {
@@ -206,29 +206,31 @@ static void foreign_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
   }
 }
 
-/* The cache is over HK_FOREIGN_BYTES: every class gives back its older
- * half (a class's recent blocks are the ones its next mallocs reuse while
- * they are still in this core's cache; emptying the whole cache, as until
+/* The cache is over HK_CACHE_BYTES: every class gives back its older half
+ * (a class's recent blocks are the ones its next mallocs reuse while they
+ * are still in this core's cache; emptying the whole cache, as until
  * 2026-11-26, sent half of larson's mallocs to cold page blocks). */
-static void foreign_halve(hk_heap *h) {
-  for (unsigned c = 0; c < HK_NCLASSES; c++)
-    if (h->foreign[c] != NULL) foreign_flush_keep(h, c, (uint32_t)(hk_class_foreign_max[c] - h->foreign_room[c]) / 2);
+static void cache_halve(hk_heap *h) {
+  for (unsigned c = 0; c < HK_NCLASSES; c++) {
+    hk_cache_bin *bin = &h->cache[c];
+    if (bin->first != NULL) cache_flush_keep(h, bin, (uint32_t)(bin->max - bin->room) / 2);
+  }
 }
 
-void hk_foreign_flush_all(hk_heap *h) {
-  for (unsigned c = 0; c < HK_NCLASSES && h->foreign_bytes != 0; c++)
-    if (h->foreign[c] != NULL) foreign_flush_keep(h, c, 0);
+void hk_cache_flush_all(hk_heap *h) {
+  for (unsigned c = 0; c < HK_NCLASSES && h->cache_bytes != 0; c++)
+    if (h->cache[c].first != NULL) cache_flush_keep(h, &h->cache[c], 0);
 }
 
-/* b: the class's first cached block */
-HK_INLINE void *foreign_pop(hk_heap *h, size_t cls, hk_block *b) {
-  h->foreign[cls] = foreign_next(b);
-  h->foreign_room[cls]++;
-  h->foreign_bytes -= hk_class_size[cls];
-  if (HK_UNLIKELY(h->foreign_bytes == 0)) h->free_owner = h;
+/* b: the bin's first block */
+HK_INLINE void *cache_pop(hk_heap *h, hk_cache_bin *bin, hk_block *b) {
+  bin->first = cache_next(b);
+  bin->room++;
+  h->cache_bytes -= bin->size;
+  if (HK_UNLIKELY(h->cache_bytes == 0)) h->free_owner = h;
   b->link = 0; /* a live block must not look free */
   (&b->link)[1] = 0;
-  h->stats.foreign_reused++;
+  h->stats.cache_reused++;
   return b;
 }
 
@@ -239,26 +241,27 @@ HK_INLINE void *foreign_pop(hk_heap *h, size_t cls, hk_block *b) {
  * pages, so that its frees go to them again (a thread that caches its own
  * frees only, as larson's single worker did once its one remote owner was
  * idle, ran 20 % slower than on its pages: 53.6 -> 43 Mops/s). */
-static HK_NOINLINE void *foreign_pop_noting_time(size_t cls, hk_heap *h, hk_block *b) {
+static HK_NOINLINE void *cache_pop_noting_time(hk_heap *h, hk_cache_bin *bin, hk_block *b) {
   hk_heap_note_active(h);
-  void *p = foreign_pop(h, cls, b);
-  if (!h->foreign_remote) hk_foreign_flush_all(h);
-  h->foreign_remote = 0;
+  void *p = cache_pop(h, bin, b);
+  if (!h->cache_remote) hk_cache_flush_all(h);
+  h->cache_remote = 0;
   return p;
 }
 
-void *hk_malloc_foreign(size_t size, hk_heap *h) {
+void *hk_malloc_cached(size_t size, hk_heap *h) {
   /* (small sizes first: one compare for them) */
   size_t cls;
   if (HK_LIKELY(size <= HK_LUT_MAX)) cls = hk_class_lut[(size + 7) >> 3];
   else if (size <= HK_MEDIUM_MAX) cls = hk_size_class(size);
   else return hk_malloc_slow(size, h);
-  hk_block *b = h->foreign[cls];
+  hk_cache_bin *bin = &h->cache[cls];
+  hk_block *b = bin->first;
   if (b != NULL) {
     /* (the clock in a call of its own: here, its call made every pop save
      * and restore registers) */
-    if (HK_UNLIKELY((h->stats.foreign_reused & 63) == 0)) return foreign_pop_noting_time(cls, h, b);
-    return foreign_pop(h, cls, b);
+    if (HK_UNLIKELY((h->stats.cache_reused & 63) == 0)) return cache_pop_noting_time(h, bin, b);
+    return cache_pop(h, bin, b);
   }
   return hk_malloc_from(h, h->direct[cls], size);
 }
@@ -290,16 +293,15 @@ static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
   if (self != &hk_heap_empty) self->stats.remote_frees++;
 }
 
-/* Keep b, a block of owner's, in self's cache of class cls (there is
- * room). */
-HK_INLINE void foreign_keep(hk_heap *self, const hk_page *page, hk_block *b, unsigned cls, const hk_heap *owner) {
+/* Keep b, a block of owner's, in self's bin (there is room). */
+HK_INLINE void cache_keep(hk_heap *self, hk_cache_bin *bin, const hk_page *page, hk_block *b, const hk_heap *owner) {
   /* (without a branch: local and remote frees come in any order) */
-  self->foreign_remote |= (uint8_t)(owner != self);
+  self->cache_remote |= (uint8_t)(owner != self);
   b->link = hk_foreign_tag(page, b);
-  (&b->link)[1] = (uintptr_t)self->foreign[cls] ^ hk_key;
-  self->foreign[cls] = b;
-  self->foreign_room[cls]--;
-  self->foreign_bytes += hk_class_size[cls];
+  (&b->link)[1] = (uintptr_t)bin->first ^ hk_key;
+  bin->first = b;
+  bin->room--;
+  self->cache_bytes += bin->size;
   self->free_owner = HK_NO_OWNER(self); /* (cache mode, if it was not on) */
   /* (not counted here: a kept block is counted when it is reused or
    * flushed, see stats.c) */
@@ -315,13 +317,13 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
     secure_free(b, page, self);
     return;
   }
-  unsigned cls = page->cls;
+  hk_cache_bin *bin = &self->cache[page->cls];
   if (owner == self) { /* cache mode, and the class has no cache */
-    if (hk_class_foreign_max[cls] == 0) {
+    if (bin->max == 0) {
       hk_free_local_push(self, page, b);
       return;
     }
-  } else if (self == &hk_heap_empty || hk_class_foreign_max[cls] == 0 || owner == NULL || owner_idle(self, owner)) {
+  } else if (self == &hk_heap_empty || bin->max == 0 || owner == NULL || owner_idle(self, owner)) {
     /* A block of an exited thread's page (no owner) goes straight back, so
      * the page can empty and be reused or given back: kept here, it pinned
      * its page for as long as this thread allocated nothing of the class
@@ -330,9 +332,9 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
     if (self != &hk_heap_empty) self->stats.remote_frees++;
     return;
   }
-  if (self->foreign_room[cls] == 0) foreign_flush_keep(self, cls, hk_class_foreign_max[cls] / 2);
-  if (self->foreign_bytes + hk_class_size[cls] > HK_FOREIGN_BYTES) foreign_halve(self);
-  foreign_keep(self, page, b, cls, owner);
+  if (bin->room == 0) cache_flush_keep(self, bin, bin->max / 2u);
+  if (self->cache_bytes + bin->size > HK_CACHE_BYTES) cache_halve(self);
+  cache_keep(self, bin, page, b, owner);
 }
 
 /* A free of another heap's block, or any free while this thread's cache
@@ -359,14 +361,14 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
      * 64-bit key, that does not happen by chance. */
     hk_fatal("double free detected (block freed again by another thread)", b);
   }
-  size_t cls = page->cls;
+  hk_cache_bin *bin = &self->cache[page->cls];
   /* room 0 also stands for "no cache here" (hk_heap_empty), "no cache for
    * the class" (its maximum is 0) and hardened mode: one test for all. An
    * owner that is this thread is neither NULL nor idle. */
-  if (HK_UNLIKELY(self->foreign_room[cls] == 0 || self->foreign_bytes + hk_class_size[cls] > HK_FOREIGN_BYTES ||
+  if (HK_UNLIKELY(bin->room == 0 || self->cache_bytes + bin->size > HK_CACHE_BYTES ||
                   owner == NULL || owner_idle(self, owner))) {
     free_remote_other(b, page, self, owner);
     return;
   }
-  foreign_keep(self, page, b, (unsigned)cls, owner);
+  cache_keep(self, bin, page, b, owner);
 }

@@ -50,7 +50,7 @@ uint8_t hk_class_slabs[HK_NCLASSES];
 uint8_t hk_class_colored[HK_NCLASSES];
 uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
 uint8_t hk_class_lut_first[HK_NCLASSES]; /* first slot of hk_class_lut holding each class */
-uint8_t hk_class_foreign_max[HK_NCLASSES];
+uint8_t hk_class_cache_max[HK_NCLASSES];
 
 /* Blocks between 8 KiB and a slab: pages of at least this many blocks. The
  * least waste alone gave 16 and 32 KiB blocks one-slab pages of 4 and 2
@@ -122,9 +122,9 @@ void hk_sizeclass_init(void) {
     }
     hk_class_slabs[c] = (uint8_t)n;
     /* remote.c links cached blocks through their second word */
-    uint32_t fmax = HK_FOREIGN_CLASS_BYTES / size;
+    uint32_t fmax = HK_CACHE_CLASS_BYTES / size;
     /* a twin's blocks would never be taken: malloc never picks the class */
-    hk_class_foreign_max[c] = (uint8_t)(size < 16 || c >= HK_NSIZES ? 0 : fmax > 128 ? 128 : fmax);
+    hk_class_cache_max[c] = (uint8_t)(size < 16 || c >= HK_NSIZES ? 0 : fmax > 128 ? 128 : fmax);
   }
   hk_class_lut[0] = 0;
   for (size_t i = 1; i < sizeof(hk_class_lut); i++) {

@@ -22,7 +22,7 @@ void hk_stats_merge_heap(hk_heap *h) {
   exited.pages_released += h->stats.pages_released;
   exited.remote_frees += h->stats.remote_frees;
   exited.pages_adopted += h->stats.pages_adopted;
-  exited.foreign_reused += h->stats.foreign_reused;
+  exited.cache_reused += h->stats.cache_reused;
   pthread_mutex_unlock(&hk_heap_lock);
 }
 
@@ -48,7 +48,7 @@ void hk_stats_print(void) {
     t.pages_released += h->stats.pages_released;
     t.remote_frees += h->stats.remote_frees;
     t.pages_adopted += h->stats.pages_adopted;
-    t.foreign_reused += h->stats.foreign_reused;
+    t.cache_reused += h->stats.cache_reused;
   }
   static const char head[] = "hakmem: statistics (hakmem 0.1.0)\n";
   hk_os_write_stderr(head, sizeof head - 1);
@@ -75,7 +75,7 @@ void hk_stats_print(void) {
   line("spare spans given back after a purge delay", LOAD(spares_released), NULL);
   line("full pages emptied remotely, given back", LOAD(pages_reclaimed), NULL);
   line("remote frees sent back to their pages", t.remote_frees, NULL);
-  line("freed blocks reused from the thread cache", t.foreign_reused, NULL);
+  line("freed blocks reused from the thread cache", t.cache_reused, NULL);
   hk_os_write_stderr("hakmem: large tier (direct mappings)\n", 37);
   line("large allocations", LOAD(large_allocs), NULL);
   line("large frees", LOAD(large_frees), NULL);

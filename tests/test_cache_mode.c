@@ -3,7 +3,7 @@
  * other heaps come (src/remote.c, "cache mode").
  *
  * Thread A frees a block of thread B's: A's cache holds it, A is in cache
- * mode (foreign_bytes != 0, free_owner is not A's heap). A's own free then
+ * mode (cache_bytes != 0, free_owner is not A's heap). A's own free then
  * goes to the cache too (the block carries the foreign tag) and is A's next
  * malloc of that size. In a forked child, freeing such a cached block of
  * A's own again aborts with hakmem's double-free message. Then A and B
@@ -56,7 +56,7 @@ static void check_blk(const blk *b, const char *what) {
 
 static bool in_cache_mode(void) {
   hk_heap *h = hk_tls_heap;
-  return h->foreign_bytes != 0 && h->free_owner != h;
+  return h->cache_bytes != 0 && h->free_owner != h;
 }
 
 /* B: allocates its blocks, waits; then frees A's blocks and replaces them
