@@ -78,6 +78,8 @@ BENCHMARKS = [
     Bench("fixed_256k", ["fixed", "262144", "1000000"], what="256 KiB blocks, working set 4"),
     Bench("fixed_2m", ["fixed", "2097152", "80000"], ["fixed", "2097152", "10000"],
           what="2 MiB blocks, working set 4"),
+    Bench("remote_trickle", ["remote_trickle", "20000000", "5"], ["remote_trickle", "2000000", "5"],
+          what="random_mixed in one thread, 0.5 % of its frees of blocks a busy second thread allocated"),
     Bench("prodcons", ["prodcons", "2", "6000000"], ["prodcons", "2", "1000000"],
           what="2 producer->consumer pairs through lock-free rings (remote frees)"),
     Bench("realloc_growth", ["realloc_growth", "120"], ["realloc_growth", "20"],
