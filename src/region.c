@@ -141,7 +141,6 @@ typedef struct hk_region_info {
   hk_region *r;
   struct hk_region_info *next, *prev;
   uint64_t purge_at_ms;      /* when dirty slabs may be given back (0: none) */
-  bool dirtied;              /* slabs became dirty since the list's last growth purge */
   uint64_t empty_since_ms;   /* all slabs free since (0: not empty) */
   hk_slabmask fresh;         /* bit i: slab i never used since the region was mapped */
   unsigned max_run;          /* at least the longest run of free slabs: the search skips the
@@ -249,7 +248,6 @@ static void note_run(hk_region_info *r, unsigned i) {
 static void mark_dirty(hk_region_info *r, hk_slabmask run) {
   if (r->dirty_mask == 0) r->purge_at_ms = hk_os_now_ms() + (uint64_t)hk_opt.purge_delay_ms;
   r->dirty_mask |= run;
-  r->dirtied = true;
 }
 
 void hk_region_register(void *base) {
@@ -469,11 +467,7 @@ bool hk_region_purge(bool force) {
  * 0.56x), and the taking region is spared. The floor: with a few live
  * blocks of 64 KiB-1 MiB a quarter of the live spans is one block (1 MiB:
  * a purge on nearly every malloc after a free; 8 MiB: realloc_growth's
- * peak 26.5 MiB). A region that freed slabs since the previous growth
- * purge is passed over once (its `dirtied` flag is cleared instead): its
- * free slabs are in use by the program's churn, not left behind (big_mixed
- * purged 803 slabs in 19 growth purges, 14 so: +6 %, peak RSS +5 %, still
- * below mimalloc's; fragmentation's peak unchanged, 2026-11-26). */
+ * peak 26.5 MiB). */
 #define HK_GROWTH_PURGE_SLABS 64 /* 4 MiB */
 _Atomic uint32_t hk_growth_epoch;
 
@@ -496,10 +490,7 @@ static int span_taken(region_list *l, const hk_region_info *taker, unsigned n, b
   l->fresh_taken = 0;
   hk_stat_add(growth_purges, 1);
   for (hk_region_info *r = l->first; r != NULL && r->free_mask != 0; r = r->next) {
-    if (r->dirty_mask != 0 && r != taker) {
-      if (r->dirtied) r->dirtied = false;
-      else purge_dirty(r);
-    }
+    if (r->dirty_mask != 0 && r != taker) purge_dirty(r);
   }
   return GREW_PURGED;
 }
