@@ -306,8 +306,8 @@ static hk_heap *heap_new(void) {
   h->searches = 0;
   atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
   memset(h->queues, 0, sizeof h->queues);
-  for (unsigned c = 0; c < HK_NCLASSES; c++)
-    h->cache[c] = (hk_cache_bin){NULL, hk_class_size[c], hk_class_cache_max[c], hk_class_cache_max[c]};
+  memset(h->cache_first, 0, sizeof h->cache_first);
+  for (unsigned c = 0; c < HK_NCLASSES; c++) h->cache_room[c] = hk_class_cache_max[c];
   h->cache_bytes = 0;
   h->free_owner = h;
   h->full = NULL;

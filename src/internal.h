@@ -397,25 +397,15 @@ typedef struct hk_heap_stats {
 #define HK_CACHE_BYTES ((uint32_t)256 << 10)
 #define HK_CACHE_CLASS_BYTES ((uint32_t)16 << 10)
 
-/* A class's list in the thread cache: what its malloc and free read, in one
- * 16-byte slot (first, room and the size were in three arrays, three cache
- * lines a class). */
-typedef struct hk_cache_bin {
-  hk_block *first;   /* most recently freed first; linked through the blocks' second word */
-  uint32_t size;     /* hk_class_size of the class: what it adds to cache_bytes */
-  uint16_t room;     /* blocks it may still take: max less those it holds (0 in hk_heap_empty,
-                        and for a class without cache: one test for all) */
-  uint16_t max;      /* hk_class_cache_max of the class */
-} hk_cache_bin;
 
 #define HK_LUT_SLOTS ((HK_LUT_MAX + 7) / 8 + 1)
 #define HK_GROWN_RING 16
 typedef struct hk_heap {
-  uint32_t cache_bytes;           /* bytes in cache[]: malloc's first test */
-  uint8_t cache_remote;           /* a block of another heap went into cache[] since the
+  uint32_t cache_bytes;           /* bytes in the thread cache (cache_first[]): malloc's first test */
+  uint8_t cache_remote;           /* a block of another heap went into the cache since the
                                      last check (remote.c: leaving cache mode) */
   struct hk_heap *free_owner;     /* what free's fast path finds in page->heap for a block to
-                                     take its page's list: this heap, or while cache[] holds
+                                     take its page's list: this heap, or while the cache holds
                                      blocks (cache_bytes != 0) HK_NO_OWNER(this heap), which no
                                      page holds: one load instead of a test and a branch */
   hk_page *by_size[HK_LUT_SLOTS]; /* = direct[hk_class_lut[(size + 7) >> 3]]: malloc's
@@ -424,7 +414,11 @@ typedef struct hk_heap {
   uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
   uint32_t searches;              /* page searches (find_page) */
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
-  _Alignas(64) hk_cache_bin cache[HK_NCLASSES]; /* the thread cache of freed blocks (remote.c) */
+  hk_block *cache_first[HK_NCLASSES]; /* the thread cache of freed blocks (remote.c): each class's
+                                     most recently freed first, linked through their second word */
+  uint16_t cache_room[HK_NCLASSES]; /* blocks the class may still take: hk_class_cache_max less those
+                                     it holds (0 in hk_heap_empty, and for a class without cache:
+                                     one test for all) */
   hk_page *full;                  /* parked full pages (doubly linked) */
   uint32_t held_bytes;            /* carved bytes of held pages: held[] and pages marked held */
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:

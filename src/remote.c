@@ -161,26 +161,26 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
 
 HK_INLINE hk_block *cache_next(const hk_block *b) { return (hk_block *)((&b->link)[1] ^ hk_key); }
 
-/* Give the cached blocks of a bin back to their pages but the `keep` most
+/* Give the cached blocks of class cls back to their pages but the `keep` most
  * recently freed ones. A run of blocks of one page goes back in one push;
  * the thread's own blocks (cache mode) go onto their page's free list as a
  * local free would. */
-static void cache_flush_keep(hk_heap *h, hk_cache_bin *bin, uint32_t keep) {
-  uint32_t held = (uint32_t)(bin->max - bin->room);
+static void cache_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
+  uint32_t held = (uint32_t)(hk_class_cache_max[cls] - h->cache_room[cls]);
   if (held <= keep) return;
   hk_block *b;
   if (keep == 0) {
-    b = bin->first;
-    bin->first = NULL;
+    b = h->cache_first[cls];
+    h->cache_first[cls] = NULL;
   } else {
-    hk_block *cut = bin->first;
+    hk_block *cut = h->cache_first[cls];
     for (uint32_t i = 1; i < keep; i++) cut = cache_next(cut);
     b = cache_next(cut);
     (&cut->link)[1] = hk_key; /* (NULL) */
   }
-  h->cache_bytes -= (held - keep) * bin->size;
+  h->cache_bytes -= (held - keep) * hk_class_size[cls];
   if (h->cache_bytes == 0) h->free_owner = h;
-  bin->room = (uint16_t)(bin->max - keep);
+  h->cache_room[cls] = (uint16_t)(hk_class_cache_max[cls] - keep);
   while (b != NULL) {
     hk_page *page = hk_page_of(hk_region_of(b), b);
     hk_block *first = b, *last = b, *next = cache_next(b);
@@ -211,22 +211,20 @@ static void cache_flush_keep(hk_heap *h, hk_cache_bin *bin, uint32_t keep) {
  * are still in this core's cache; emptying the whole cache, as until
  * 2026-11-26, sent half of larson's mallocs to cold page blocks). */
 static void cache_halve(hk_heap *h) {
-  for (unsigned c = 0; c < HK_NCLASSES; c++) {
-    hk_cache_bin *bin = &h->cache[c];
-    if (bin->first != NULL) cache_flush_keep(h, bin, (uint32_t)(bin->max - bin->room) / 2);
-  }
+  for (unsigned c = 0; c < HK_NCLASSES; c++)
+    if (h->cache_first[c] != NULL) cache_flush_keep(h, c, (uint32_t)(hk_class_cache_max[c] - h->cache_room[c]) / 2);
 }
 
 void hk_cache_flush_all(hk_heap *h) {
   for (unsigned c = 0; c < HK_NCLASSES && h->cache_bytes != 0; c++)
-    if (h->cache[c].first != NULL) cache_flush_keep(h, &h->cache[c], 0);
+    if (h->cache_first[c] != NULL) cache_flush_keep(h, c, 0);
 }
 
-/* b: the bin's first block */
-HK_INLINE void *cache_pop(hk_heap *h, hk_cache_bin *bin, hk_block *b) {
-  bin->first = cache_next(b);
-  bin->room++;
-  h->cache_bytes -= bin->size;
+/* b: the class's first cached block */
+HK_INLINE void *cache_pop(hk_heap *h, size_t cls, hk_block *b) {
+  h->cache_first[cls] = cache_next(b);
+  h->cache_room[cls]++;
+  h->cache_bytes -= hk_class_size[cls];
   if (HK_UNLIKELY(h->cache_bytes == 0)) h->free_owner = h;
   b->link = 0; /* a live block must not look free */
   (&b->link)[1] = 0;
@@ -241,9 +239,9 @@ HK_INLINE void *cache_pop(hk_heap *h, hk_cache_bin *bin, hk_block *b) {
  * pages, so that its frees go to them again (a thread that caches its own
  * frees only, as larson's single worker did once its one remote owner was
  * idle, ran 20 % slower than on its pages: 53.6 -> 43 Mops/s). */
-static HK_NOINLINE void *cache_pop_noting_time(hk_heap *h, hk_cache_bin *bin, hk_block *b) {
+static HK_NOINLINE void *cache_pop_noting_time(hk_heap *h, size_t cls, hk_block *b) {
   hk_heap_note_active(h);
-  void *p = cache_pop(h, bin, b);
+  void *p = cache_pop(h, cls, b);
   if (!h->cache_remote) hk_cache_flush_all(h);
   h->cache_remote = 0;
   return p;
@@ -255,13 +253,12 @@ void *hk_malloc_cached(size_t size, hk_heap *h) {
   if (HK_LIKELY(size <= HK_LUT_MAX)) cls = hk_class_lut[(size + 7) >> 3];
   else if (size <= HK_MEDIUM_MAX) cls = hk_size_class(size);
   else return hk_malloc_slow(size, h);
-  hk_cache_bin *bin = &h->cache[cls];
-  hk_block *b = bin->first;
+  hk_block *b = h->cache_first[cls];
   if (b != NULL) {
     /* (the clock in a call of its own: here, its call made every pop save
      * and restore registers) */
-    if (HK_UNLIKELY((h->stats.cache_reused & 63) == 0)) return cache_pop_noting_time(h, bin, b);
-    return cache_pop(h, bin, b);
+    if (HK_UNLIKELY((h->stats.cache_reused & 63) == 0)) return cache_pop_noting_time(h, cls, b);
+    return cache_pop(h, cls, b);
   }
   return hk_malloc_from(h, h->direct[cls], size);
 }
@@ -293,15 +290,16 @@ static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
   if (self != &hk_heap_empty) self->stats.remote_frees++;
 }
 
-/* Keep b, a block of owner's, in self's bin (there is room). */
-HK_INLINE void cache_keep(hk_heap *self, hk_cache_bin *bin, const hk_page *page, hk_block *b, const hk_heap *owner) {
+/* Keep b, a block of owner's, in self's cache of class cls (there is
+ * room). */
+HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_block *b, const hk_heap *owner) {
   /* (without a branch: local and remote frees come in any order) */
   self->cache_remote |= (uint8_t)(owner != self);
   b->link = hk_foreign_tag(page, b);
-  (&b->link)[1] = (uintptr_t)bin->first ^ hk_key;
-  bin->first = b;
-  bin->room--;
-  self->cache_bytes += bin->size;
+  (&b->link)[1] = (uintptr_t)self->cache_first[cls] ^ hk_key;
+  self->cache_first[cls] = b;
+  self->cache_room[cls]--;
+  self->cache_bytes += hk_class_size[cls];
   self->free_owner = HK_NO_OWNER(self); /* (cache mode, if it was not on) */
   /* (not counted here: a kept block is counted when it is reused or
    * flushed, see stats.c) */
@@ -317,13 +315,13 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
     secure_free(b, page, self);
     return;
   }
-  hk_cache_bin *bin = &self->cache[page->cls];
+  unsigned cls = page->cls;
   if (owner == self) { /* cache mode, and the class has no cache */
-    if (bin->max == 0) {
+    if (hk_class_cache_max[cls] == 0) {
       hk_free_local_push(self, page, b);
       return;
     }
-  } else if (self == &hk_heap_empty || bin->max == 0 || owner == NULL || owner_idle(self, owner)) {
+  } else if (self == &hk_heap_empty || hk_class_cache_max[cls] == 0 || owner == NULL || owner_idle(self, owner)) {
     /* A block of an exited thread's page (no owner) goes straight back, so
      * the page can empty and be reused or given back: kept here, it pinned
      * its page for as long as this thread allocated nothing of the class
@@ -332,9 +330,9 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
     if (self != &hk_heap_empty) self->stats.remote_frees++;
     return;
   }
-  if (bin->room == 0) cache_flush_keep(self, bin, bin->max / 2u);
-  if (self->cache_bytes + bin->size > HK_CACHE_BYTES) cache_halve(self);
-  cache_keep(self, bin, page, b, owner);
+  if (self->cache_room[cls] == 0) cache_flush_keep(self, cls, hk_class_cache_max[cls] / 2u);
+  if (self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES) cache_halve(self);
+  cache_keep(self, cls, page, b, owner);
 }
 
 /* A free of another heap's block, or any free while this thread's cache
@@ -361,14 +359,14 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
      * 64-bit key, that does not happen by chance. */
     hk_fatal("double free detected (block freed again by another thread)", b);
   }
-  hk_cache_bin *bin = &self->cache[page->cls];
+  size_t cls = page->cls;
   /* room 0 also stands for "no cache here" (hk_heap_empty), "no cache for
    * the class" (its maximum is 0) and hardened mode: one test for all. An
    * owner that is this thread is neither NULL nor idle. */
-  if (HK_UNLIKELY(bin->room == 0 || self->cache_bytes + bin->size > HK_CACHE_BYTES ||
+  if (HK_UNLIKELY(self->cache_room[cls] == 0 || self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES ||
                   owner == NULL || owner_idle(self, owner))) {
     free_remote_other(b, page, self, owner);
     return;
   }
-  cache_keep(self, bin, page, b, owner);
+  cache_keep(self, (unsigned)cls, page, b, owner);
 }
