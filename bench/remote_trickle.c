@@ -17,6 +17,19 @@ static void *pool[POOL];
 static size_t pool_n[POOL];
 static atomic_int ready, stop;
 
+/* random_mixed's step on slot k: free its block, or allocate one */
+static void step(bu_rng *rng, void **slot, size_t *size, size_t k, const char *what) {
+  if (slot[k]) {
+    bu_check(slot[k], size[k], what);
+    free(slot[k]);
+    slot[k] = NULL;
+  } else {
+    size[k] = bu_range(rng, 16, 1040);
+    slot[k] = bu_malloc(size[k]);
+    bu_stamp(slot[k], size[k]);
+  }
+}
+
 static void *owner(void *arg) {
   (void)arg;
   bu_rng rng;
@@ -30,18 +43,7 @@ static void *owner(void *arg) {
   static void *slot[WS];
   static size_t size[WS];
   while (!atomic_load_explicit(&stop, memory_order_relaxed))
-    for (int r = 0; r < 1000; r++) {
-      size_t k = bu_next(&rng) % WS;
-      if (slot[k]) {
-        bu_check(slot[k], size[k], "remote_trickle (owner)");
-        free(slot[k]);
-        slot[k] = NULL;
-      } else {
-        size[k] = bu_range(&rng, 16, 1040);
-        slot[k] = bu_malloc(size[k]);
-        bu_stamp(slot[k], size[k]);
-      }
-    }
+    for (int r = 0; r < 1000; r++) step(&rng, slot, size, bu_next(&rng) % WS, "remote_trickle (owner)");
   for (int k = 0; k < WS; k++) free(slot[k]);
   return NULL;
 }
@@ -61,20 +63,12 @@ int main(int argc, char **argv) {
   double t0 = bu_now();
   for (long long i = 0; i < iters; i++) {
     size_t k = bu_next(&rng) % WS;
-    if (slot[k]) {
-      if (used < POOL && (long long)(bu_next(&rng) % 1000) < per_mille) {
-        bu_check(pool[used], pool_n[used], "remote_trickle (pool)");
-        free(pool[used]);
-        pool[used++] = NULL;
-      } else {
-        bu_check(slot[k], size[k], "remote_trickle");
-        free(slot[k]);
-        slot[k] = NULL;
-      }
+    if (slot[k] && used < POOL && (long long)(bu_next(&rng) % 1000) < per_mille) {
+      bu_check(pool[used], pool_n[used], "remote_trickle (pool)");
+      free(pool[used]); /* instead of the slot's block, which stays */
+      pool[used++] = NULL;
     } else {
-      size[k] = bu_range(&rng, 16, 1040);
-      slot[k] = bu_malloc(size[k]);
-      bu_stamp(slot[k], size[k]);
+      step(&rng, slot, size, k, "remote_trickle");
     }
   }
   double t = bu_now() - t0;

@@ -28,6 +28,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <signal.h>
+#include <sys/wait.h>
 
 #include "hakmem.h"
 
@@ -106,6 +108,31 @@ static inline void *hkt_opaque_ptr(void *p) {
   __asm__ volatile("" : "+r"(p) : : "memory");
 #endif
   return p;
+}
+
+/* Free p in a forked child: the child must abort (SIGABRT) with a message
+ * naming hakmem and the double free; `what` says what p is. */
+static HKT_UNUSED void hkt_expect_double_free(void *p, const char *what) {
+  int fds[2];
+  CHECK(pipe(fds) == 0, "pipe failed");
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork failed");
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    API(free)(hkt_opaque_ptr(p));
+    _exit(0); /* not detected */
+  }
+  close(fds[1]);
+  char msg[512] = {0};
+  ssize_t n = 0, r;
+  while (n < (ssize_t)sizeof msg - 1 && (r = read(fds[0], msg + n, sizeof msg - 1 - (size_t)n)) > 0) n += r;
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "freeing %s again did not abort (status %#x)", what,
+        status);
+  CHECK(strstr(msg, "hakmem") != NULL && strstr(msg, "double free") != NULL, "unexpected message: %s", msg);
 }
 
 /* xorshift64* */

@@ -22,8 +22,6 @@
 #include "api.h"
 
 #include <pthread.h>
-#include <signal.h>
-#include <sys/wait.h>
 
 #define NSMALL 1000
 #define ROUNDS 3
@@ -77,28 +75,6 @@ static unsigned char *find_dropped(void) {
   return NULL;
 }
 
-/* Free q in a child: it must abort with hakmem's double-free message. */
-static void expect_double_free(unsigned char *q) {
-  int fds[2];
-  CHECK(pipe(fds) == 0, "pipe failed");
-  pid_t pid = fork();
-  CHECK(pid >= 0, "fork failed");
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    free(q);
-    _exit(0); /* not detected */
-  }
-  close(fds[1]);
-  char msg[512] = {0};
-  ssize_t n = 0, r;
-  while (n < (ssize_t)sizeof msg - 1 && (r = read(fds[0], msg + n, sizeof msg - 1 - (size_t)n)) > 0) n += r;
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "freeing a dropped block again did not abort (status %d)", status);
-  CHECK(strstr(msg, "hakmem") != NULL && strstr(msg, "double free") != NULL, "unexpected message: %s", msg);
-}
-
 typedef struct { int from, to; } range;
 static void *freer(void *arg) {
   range *r = arg;
@@ -137,7 +113,7 @@ static void round_of(int round, int threaded, uint64_t seed, int probe) {
   if (probe) {
     unsigned char *q = find_dropped();
     CHECK(q != NULL, "no dropped block starts outside the lent slabs");
-    expect_double_free(q);
+    hkt_expect_double_free(q, "a dropped block");
   }
   for (int i = 0; i < NSMALL; i++) alloc_blk(&again[i], 9 * KiB, 60 * KiB, seed + 200000 + (uint64_t)i);
   for (int i = 0; i < NSMALL; i += 10) check_blk(&small[i], "survivor");
