@@ -30,7 +30,7 @@ HK_INLINE void *hk_malloc_from(hk_heap *heap, hk_page *page, size_t size) {
 HK_INLINE void *hk_malloc_fast(size_t size) {
   hk_heap *heap = hk_tls_heap;
   /* blocks of other threads freed here come first (remote.c) */
-  if (HK_UNLIKELY(heap->cache_bytes != 0)) return hk_malloc_cached(size, heap);
+  if (HK_UNLIKELY(heap->free_owner != heap)) return hk_malloc_cached(size, heap);
   hk_page *page;
   if (HK_LIKELY(size <= HK_LUT_MAX)) {
     page = heap->by_size[(size + 7) >> 3];

@@ -401,13 +401,13 @@ typedef struct hk_heap_stats {
 #define HK_LUT_SLOTS ((HK_LUT_MAX + 7) / 8 + 1)
 #define HK_GROWN_RING 16
 typedef struct hk_heap {
-  uint32_t cache_bytes;           /* bytes in the thread cache (cache_first[]): malloc's first test */
-  uint8_t cache_remote;           /* a block of another heap went into the cache since the
-                                     last check (remote.c: leaving cache mode) */
+  uint32_t cache_bytes;           /* bytes in the thread cache (cache_first[]) */
+  uint32_t cache_remote;          /* blocks of other heaps put into the cache since the last
+                                     check (remote.c: leaving cache mode) */
   struct hk_heap *free_owner;     /* what free's fast path finds in page->heap for a block to
-                                     take its page's list: this heap, or while the cache holds
-                                     blocks (cache_bytes != 0) HK_NO_OWNER(this heap), which no
-                                     page holds: one load instead of a test and a branch */
+                                     take its page's list: this heap, or in cache mode
+                                     HK_NO_OWNER(this heap), which no page holds (remote.c);
+                                     malloc's first test: is it this heap? */
   hk_page *by_size[HK_LUT_SLOTS]; /* = direct[hk_class_lut[(size + 7) >> 3]]: malloc's
                                      first load for sizes up to 1 KiB, without the table */
   hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
@@ -634,7 +634,7 @@ bool hk_page_contains_free(hk_page *page, hk_block *b);
 
 /* ---- remote.c: frees of other heaps' blocks, the thread cache ---- */
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self); /* (the order free() has them in) */
-void *hk_malloc_cached(size_t size, hk_heap *h); /* malloc while h->cache_bytes != 0 */
+void *hk_malloc_cached(size_t size, hk_heap *h); /* malloc in cache mode (h->free_owner != h) */
 void hk_reclaim_fork_prepare(void);
 void hk_reclaim_fork_done(void);
 void hk_cache_flush_all(hk_heap *h);

@@ -1,34 +1,36 @@
-/* Frees of blocks whose page another thread's heap owns ("remote" frees).
+/* Frees of blocks whose page another thread's heap owns ("remote" frees),
+ * and the thread cache.
  *
  * Such a block does not go straight back to its page. The freeing thread
- * keeps it in a small cache per size class (heap->cache) and hands it out
- * again on its own next malloc of that class, before the blocks of its
- * current page: malloc's fast path tests heap->cache_bytes and, while it
- * is not 0, goes through hk_malloc_cached. While it sits there the block
- * stays counted in its page's `used`, exactly as if it were still live, so
- * the owner needs to know nothing. Why: in a server-style program (larson)
- * most frees are remote; pushing each one onto the owner's page cost a CAS
- * on a cache line that the owner was writing too (23 % of larson's time,
- * most of it that CAS waiting), and sent a block that is hot in this core's
- * cache back to another core, whose malloc then waited for the block's
- * line. Taking cached blocks first, rather than only when the current page
- * is empty, keeps the cache drained by the thread's own mallocs, so fewer
- * blocks overflow back to their owners (larson with 4 threads +17 %, with
- * 16 +8 %, peak RSS -10 % and -3 %; 2026-11-25, docs/BENCHMARKS.md).
+ * keeps it in a small cache per size class (heap->cache_first[]). While it
+ * sits there the block stays counted in its page's `used`, exactly as if
+ * it were still live, so the owner needs to know nothing. Why: in a
+ * server-style program (larson) most frees are remote; pushing each one
+ * onto the owner's page cost a CAS on a cache line that the owner was
+ * writing too (23 % of larson's time, most of it that CAS waiting). The
+ * blocks go back in batches, a run of blocks of one page with one CAS.
  *
- * Cache mode. While the cache holds blocks, the thread's frees of its own
- * blocks go there too (free's fast path compares page->heap with
- * heap->free_owner, which is then no heap), so malloc finds a class's most
- * recently freed block first whoever owns it, and both paths take one
- * branch whatever the mix: with local and remote frees in random order
- * (larson: half of each), the fast path's owner test and malloc's "cache
- * or page" test each went the wrong way about half the time (cachegrind's
- * branch model: 841k mispredictions in 800k operations, tcmalloc 58k; in
- * cache mode 180k; larson's CPU time -16 %, 2026-11-26). A thread that
- * keeps no block of another heap for 64 of its cached mallocs leaves the
- * mode (cache_pop_noting_time): for a thread's own blocks the pages are
- * faster.
- *
+ * Cache mode. Once remote frees fill a class's list, the thread switches
+ * to cache mode: its mallocs take the class's cached block first (malloc's
+ * fast path tests heap->free_owner != heap and goes through
+ * hk_malloc_cached), and its frees of its own blocks go to the cache too
+ * (free's fast path compares page->heap with heap->free_owner, which is
+ * then no heap). malloc thus finds a class's most recently freed block
+ * first whoever owns it, while it is hot in this core's cache, and both
+ * paths take one branch whatever the mix: with local and remote frees in
+ * random order (larson: half of each), the fast path's owner test and
+ * malloc's "cache or page" test each went the wrong way about half the
+ * time (cachegrind's branch model: 841k mispredictions in 800k operations,
+ * tcmalloc 58k; in cache mode 99k; larson's CPU time -16 %, 2026-11-26).
+ * Every 64 cached mallocs the thread checks that a quarter of the blocks
+ * it kept were other heaps'; if not, it leaves the mode and gives the
+ * cache back (cache_pop_noting_time): for its own blocks the pages are
+ * faster, and outside cache mode it does not reuse other heaps' blocks,
+ * which would otherwise stay in its working set, each free of them a
+ * remote free (bench/remote_trickle: a thread with 0.5 % remote frees of a
+ * busy owner's blocks ended with a third of its slots holding them, in
+ * cache mode for good: 60 Mops/s, 67 without reusing them; tcmalloc 67).
+
  * The cache is bounded: at most hk_class_cache_max[cls] blocks per class
  * and HK_CACHE_BYTES in all. Past that, the older half of the class, or
  * of every class, goes back to the pages: each run of blocks of one page
@@ -179,7 +181,6 @@ static void cache_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
     (&cut->link)[1] = hk_key; /* (NULL) */
   }
   h->cache_bytes -= (held - keep) * hk_class_size[cls];
-  if (h->cache_bytes == 0) h->free_owner = h;
   h->cache_room[cls] = (uint16_t)(hk_class_cache_max[cls] - keep);
   while (b != NULL) {
     hk_page *page = hk_page_of(hk_region_of(b), b);
@@ -225,24 +226,27 @@ HK_INLINE void *cache_pop(hk_heap *h, size_t cls, hk_block *b) {
   h->cache_first[cls] = cache_next(b);
   h->cache_room[cls]++;
   h->cache_bytes -= hk_class_size[cls];
-  if (HK_UNLIKELY(h->cache_bytes == 0)) h->free_owner = h;
   b->link = 0; /* a live block must not look free */
   (&b->link)[1] = 0;
   h->stats.cache_reused++;
   return b;
 }
 
-/* Every 64 blocks taken from the cache. A thread that takes its blocks from
- * here may not search pages for a long time, so it notes the time (see
- * owner_idle). And a thread whose cache took no block of another heap
- * since the last time leaves cache mode: it sends the cache back to the
- * pages, so that its frees go to them again (a thread that caches its own
- * frees only, as larson's single worker did once its one remote owner was
- * idle, ran 20 % slower than on its pages: 53.6 -> 43 Mops/s). */
+/* Every 64 blocks taken from the cache (in cache mode: only then does
+ * malloc take any). A thread that takes its blocks from here may not search
+ * pages for a long time, so it notes the time (see owner_idle). And a
+ * thread whose cache took fewer than 16 blocks of other heaps since the
+ * last time leaves cache mode and sends the cache back to the pages (a
+ * thread that caches its own frees only, as larson's single worker did
+ * once its one remote owner was idle, ran 20 % slower than on its pages:
+ * 53.6 -> 43 Mops/s). */
 static HK_NOINLINE void *cache_pop_noting_time(hk_heap *h, size_t cls, hk_block *b) {
   hk_heap_note_active(h);
   void *p = cache_pop(h, cls, b);
-  if (!h->cache_remote) hk_cache_flush_all(h);
+  if (h->cache_remote < 16) { /* fewer than a quarter: back to the pages */
+    h->free_owner = h;
+    hk_cache_flush_all(h);
+  }
   h->cache_remote = 0;
   return p;
 }
@@ -294,13 +298,12 @@ static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
  * room). */
 HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_block *b, const hk_heap *owner) {
   /* (without a branch: local and remote frees come in any order) */
-  self->cache_remote |= (uint8_t)(owner != self);
+  self->cache_remote += (uint32_t)(owner != self);
   b->link = hk_foreign_tag(page, b);
   (&b->link)[1] = (uintptr_t)self->cache_first[cls] ^ hk_key;
   self->cache_first[cls] = b;
   self->cache_room[cls]--;
   self->cache_bytes += hk_class_size[cls];
-  self->free_owner = HK_NO_OWNER(self); /* (cache mode, if it was not on) */
   /* (not counted here: a kept block is counted when it is reused or
    * flushed, see stats.c) */
 }
@@ -330,7 +333,10 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
     if (self != &hk_heap_empty) self->stats.remote_frees++;
     return;
   }
-  if (self->cache_room[cls] == 0) cache_flush_keep(self, cls, hk_class_cache_max[cls] / 2u);
+  if (self->cache_room[cls] == 0) {
+    cache_flush_keep(self, cls, hk_class_cache_max[cls] / 2u);
+    self->free_owner = HK_NO_OWNER(self); /* remote frees filled a class's list: cache mode */
+  }
   if (self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES) cache_halve(self);
   cache_keep(self, cls, page, b, owner);
 }

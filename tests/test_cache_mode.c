@@ -1,11 +1,11 @@
-/* test_cache_mode: a thread whose cache holds blocks of other threads' pages
- * sends its own frees there too, and leaves that mode when no more blocks of
- * other heaps come (src/remote.c, "cache mode").
+/* test_cache_mode: a thread whose cache filled with blocks of other
+ * threads' pages sends its own frees there too, and leaves that mode when
+ * few blocks of other heaps come any more (src/remote.c, "cache mode").
  *
- * Thread A frees a block of thread B's: A's cache holds it, A is in cache
- * mode (cache_bytes != 0, free_owner is not A's heap). A's own free then
- * goes to the cache too (the block carries the foreign tag) and is A's next
- * malloc of that size. In a forked child, freeing such a cached block of
+ * Thread A frees B's blocks of 64 bytes until the class's list is full: A
+ * is in cache mode (free_owner is not A's heap). A's own free then goes to
+ * the cache too (the block carries the foreign tag) and is A's next malloc
+ * of that size. In a forked child, freeing such a cached block of
  * A's own again aborts with hakmem's double-free message. Then A and B
  * free each other's blocks, and their own, thousands of times over sizes
  * 16 B-8 KiB, so that classes overflow (half of a class goes back) and the
@@ -29,7 +29,9 @@ typedef struct {
   uint64_t seed;
 } blk;
 
-static blk a_own[NBLK], b_own[NBLK];
+#define N64 200 /* more than the 64-byte class's list holds (128) */
+
+static blk a_own[NBLK], b_own[NBLK], b_64[N64];
 static pthread_barrier_t bar;
 static uint64_t seed_next = 1;
 
@@ -54,7 +56,7 @@ static void check_blk(const blk *b, const char *what) {
 
 static bool in_cache_mode(void) {
   hk_heap *h = hk_tls_heap;
-  return h->cache_bytes != 0 && h->free_owner != h;
+  return h->free_owner != h;
 }
 
 /* B: allocates its blocks, waits; then frees A's blocks and replaces them
@@ -63,6 +65,7 @@ static void *thread_b(void *arg) {
   (void)arg;
   uint64_t rng = 0x9e3779b97f4a7c15ull;
   for (int i = 0; i < NBLK; i++) alloc_blk(&b_own[i], pick_size(&rng));
+  for (int i = 0; i < N64; i++) alloc_blk(&b_64[i], 64);
   pthread_barrier_wait(&bar); /* 1: B's blocks are there */
   pthread_barrier_wait(&bar); /* 2: A is done with the single-block checks */
   for (int i = 0; i < NBLK; i += 2) { /* A's even blocks: remote frees here */
@@ -86,14 +89,18 @@ int main(void) {
   CHECK(pthread_create(&tb, NULL, thread_b, NULL) == 0, "pthread_create failed");
   pthread_barrier_wait(&bar); /* 1 */
 
-  /* one remote free: cache mode */
+  /* remote frees until the 64-byte class's list is full: cache mode */
   CHECK(!in_cache_mode(), "in cache mode before any remote free");
   blk spare;
   alloc_blk(&spare, 64); /* keeps the 64-byte class's page in use */
-  check_blk(&b_own[0], "B's block");
-  free(b_own[0].p);
-  alloc_blk(&b_own[0], 64 + 8);
-  CHECK(in_cache_mode(), "a remote free kept in the cache did not start cache mode");
+  int kept = 0;
+  for (; kept < N64 && !in_cache_mode(); kept++) {
+    check_blk(&b_64[kept], "B's 64-byte block");
+    free(b_64[kept].p);
+  }
+  CHECK(in_cache_mode(), "%d remote frees of one class did not start cache mode", kept);
+  CHECK(kept > 64, "cache mode after %d remote frees only: the class's list holds 128", kept);
+  for (int i = kept; i < N64; i++) free(b_64[i].p);
 
   /* an own free goes to the cache and comes back first */
   blk mine;
@@ -154,8 +161,8 @@ int main(void) {
   check_blk(&spare, "final spare");
   free(mine.p);
   free(spare.p);
-  printf("test_cache_mode: cache mode began with one remote free, took own frees (reused first, double free "
-         "caught), kept %d blocks intact over %d mixed frees, ended after %d own-only operations\n",
-         2 * NBLK, 3 * NBLK, ops);
+  printf("test_cache_mode: cache mode began after %d remote frees of one class, took own frees (reused first, "
+         "double free caught), kept %d blocks intact over %d mixed frees, ended after %d own-only operations\n",
+         kept, 2 * NBLK, 3 * NBLK, ops);
   return 0;
 }
