@@ -28,9 +28,9 @@
  * faster, and outside cache mode it does not reuse other heaps' blocks,
  * which would otherwise stay in its working set, each free of them a
  * remote free (bench/remote_trickle: a thread with 0.5 % remote frees of a
- * busy owner's blocks ended with a third of its slots holding them, in
- * cache mode for good: 60 Mops/s, 67 without reusing them; tcmalloc 67).
-
+ * busy owner's blocks ended with 38 % of its live blocks theirs, in cache
+ * mode for good: 60 Mops/s, 67 without reusing them; tcmalloc 67).
+ *
  * The cache is bounded: at most hk_class_cache_max[cls] blocks per class
  * and HK_CACHE_BYTES in all. Past that, the older half of the class, or
  * of every class, goes back to the pages: each run of blocks of one page
