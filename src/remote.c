@@ -335,14 +335,17 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
   }
   if (self->cache_room[cls] == 0) {
     cache_flush_keep(self, cls, hk_class_cache_max[cls] / 2u);
-    self->free_owner = HK_NO_OWNER(self); /* remote frees filled a class's list: cache mode */
+    /* remote frees filled a class's list: cache mode (cache_remote still
+     * counts the keeps before, so the first check, which may come with the
+     * next cached malloc, keeps the mode) */
+    self->free_owner = HK_NO_OWNER(self);
   }
   if (self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES) cache_halve(self);
   cache_keep(self, cls, page, b, owner);
 }
 
-/* A free of another heap's block, or any free while this thread's cache
- * holds blocks (cache mode, see the top of this file). self: this
+/* A free of another heap's block, or any free in cache mode (see the top
+ * of this file). self: this
  * thread's heap, or hk_heap_empty (no heap yet, or exiting). Hardened mode
  * takes the two unlikely branches: a block that looks free may be the
  * owner's own, and every class's room is 0. */
