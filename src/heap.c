@@ -310,7 +310,6 @@ static hk_heap *heap_new(void) {
   for (unsigned c = 0; c < HK_NCLASSES; c++) h->cache_room[c] = hk_class_cache_max[c];
   h->cache_bytes = 0;
   h->free_owner = h;
-  h->cache_limit = HK_CACHE_BYTES_KEPT;
   h->full = NULL;
   h->block_purge_ms = 0;
   h->purge_passes = 1; /* class_searched[] (0) then matches no pass */

@@ -395,9 +395,6 @@ typedef struct hk_heap_stats {
 /* Freed blocks a heap keeps for its own mallocs (remote.c): at most
  * this many bytes in all, and per class as hk_class_cache_max says. */
 #define HK_CACHE_BYTES ((uint32_t)256 << 10)
-/* ... and outside cache mode, where the blocks kept (other heaps') are not
- * reused and pin their pages until they go back */
-#define HK_CACHE_BYTES_KEPT ((uint32_t)64 << 10)
 #define HK_CACHE_CLASS_BYTES ((uint32_t)16 << 10)
 
 
@@ -407,7 +404,6 @@ typedef struct hk_heap {
   uint32_t cache_bytes;           /* bytes in the thread cache (cache_first[]) */
   uint32_t cache_remote;          /* blocks of other heaps put into the cache since the last
                                      check (remote.c: leaving cache mode) */
-  uint32_t cache_limit;           /* HK_CACHE_BYTES in cache mode, else HK_CACHE_BYTES_KEPT */
   struct hk_heap *free_owner;     /* what free's fast path finds in page->heap for a block to
                                      take its page's list: this heap, or in cache mode
                                      HK_NO_OWNER(this heap), which no page holds (remote.c);

@@ -32,7 +32,7 @@
  * mode for good: 60 Mops/s, 67 without reusing them; tcmalloc 67).
  *
  * The cache is bounded: at most hk_class_cache_max[cls] blocks per class
- * and HK_CACHE_BYTES in all in cache mode, HK_CACHE_BYTES_KEPT outside it. Past that, the older half of the class, or
+ * and HK_CACHE_BYTES in all. Past that, the older half of the class, or
  * of every class, goes back to the pages: each run of blocks of one page
  * with one CAS onto the page's remote stack, or onto the page's own list
  * for the thread's own blocks (cache_flush_keep). Thread exit and
@@ -207,7 +207,7 @@ static void cache_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
   }
 }
 
-/* The cache is over its limit: every class gives back its older half
+/* The cache is over HK_CACHE_BYTES: every class gives back its older half
  * (a class's recent blocks are the ones its next mallocs reuse while they
  * are still in this core's cache; emptying the whole cache, as until
  * 2026-11-26, sent half of larson's mallocs to cold page blocks). */
@@ -245,7 +245,6 @@ static HK_NOINLINE void *cache_pop_noting_time(hk_heap *h, size_t cls, hk_block 
   void *p = cache_pop(h, cls, b);
   if (h->cache_remote < 16) { /* fewer than a quarter: back to the pages */
     h->free_owner = h;
-    h->cache_limit = HK_CACHE_BYTES_KEPT;
     hk_cache_flush_all(h);
   }
   h->cache_remote = 0;
@@ -340,9 +339,8 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
      * counts the keeps before, so the first check, which may come with the
      * next cached malloc, keeps the mode) */
     self->free_owner = HK_NO_OWNER(self);
-    self->cache_limit = HK_CACHE_BYTES;
   }
-  if (self->cache_bytes + hk_class_size[cls] > self->cache_limit) cache_halve(self);
+  if (self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES) cache_halve(self);
   cache_keep(self, cls, page, b, owner);
 }
 
@@ -374,7 +372,7 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
   /* room 0 also stands for "no cache here" (hk_heap_empty), "no cache for
    * the class" (its maximum is 0) and hardened mode: one test for all. An
    * owner that is this thread is neither NULL nor idle. */
-  if (HK_UNLIKELY(self->cache_room[cls] == 0 || self->cache_bytes + hk_class_size[cls] > self->cache_limit ||
+  if (HK_UNLIKELY(self->cache_room[cls] == 0 || self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES ||
                   owner == NULL || owner_idle(self, owner))) {
     free_remote_other(b, page, self, owner);
     return;
