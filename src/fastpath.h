@@ -1,11 +1,11 @@
 /* The malloc and free fast paths, inlined into every entry point.
  *
- * Same-thread malloc: pop the class's current page's free list (after the
- *                     blocks of other threads' pages this thread freed, if
- *                     it holds any: one test of a counter otherwise).
+ * Same-thread malloc: pop the class's current page's free list (in cache
+ *                     mode the thread cache's block of the class first,
+ *                     remote.c: one compare otherwise).
  * Same-thread free:   look the page up in the arena's page table, check the
- *                     pointer is a block start, push (onto the thread's
- *                     cache instead while that holds blocks, remote.c).
+ *                     pointer is a block start, push (onto the thread
+ *                     cache instead in cache mode, remote.c).
  * Neither takes a lock, does an atomic read-modify-write or a system call;
  * everything else (page refill, remote frees, large blocks, errors) is in
  * the out-of-line slow paths.
@@ -49,8 +49,8 @@ HK_INLINE void hk_free_to_page(hk_page *page, void *p, void (*invalid)(void *)) 
   if (HK_LIKELY(hk_is_carved_block(page, (uintptr_t)p))) {
     hk_heap *heap = hk_tls_heap;
     hk_block *b = (hk_block *)p;
-    /* the thread's own block, unless its cache holds blocks: then every
-     * free goes there (remote.c, free_owner) */
+    /* the thread's own block, unless the thread is in cache mode: then
+     * every free goes to its cache (remote.c, free_owner) */
     if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap->free_owner)) {
       uintptr_t key = page->key;
       /* every call below is a tail call: no registers to save here */
