@@ -92,7 +92,7 @@ static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t
   uint64_t park = atomic_load_explicit(&page->park, memory_order_acquire);
   /* (a page with lent slabs is never given back whole: others' spans may
    * hold them) */
-  if (hk_secure || __atomic_load_n(&page->lent, __ATOMIC_RELAXED) || (old >> HK_REMOTE_COUNT_SHIFT) + n != (uint32_t)park ||
+  if (__atomic_load_n(&page->lent, __ATOMIC_RELAXED) || (old >> HK_REMOTE_COUNT_SHIFT) + n != (uint32_t)park ||
       hk_os_now_ms() < atomic_load_explicit(&owner->active_ms, memory_order_relaxed) + HK_IDLE_OWNER_MS)
     return false;
   atomic_fetch_add(&reclaims_running, 1);
