@@ -706,7 +706,9 @@ static void purge_free_blocks(hk_page *page) {
     if (HK_UNLIKELY(i >= page->capacity || (uintptr_t)b - start >= area))
       hk_fatal("free list corrupted (write after free or heap overflow)", b);
     uintptr_t *mark = &b->link + 1;
-    if (*mark == purged_mark(page, b)) continue;
+    /* hardened mode 2 keeps a free block zero but for its link: no mark
+     * there, and its only pass, malloc_trim's, purges again every time */
+    if (!hk_secure_zero && *mark == purged_mark(page, b)) continue;
     uintptr_t lo = ((uintptr_t)(mark + 1) + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
     uintptr_t hi = ((uintptr_t)b + bs) & ~(uintptr_t)(HK_OS_PAGE - 1);
     if (hi > lo) {
@@ -714,7 +716,7 @@ static void purge_free_blocks(hk_page *page) {
       bytes += hi - lo;
       n++;
     }
-    *mark = purged_mark(page, b);
+    if (!hk_secure_zero) *mark = purged_mark(page, b);
   }
   if (n) {
     hk_stat_add(blocks_purged, n);
@@ -818,8 +820,9 @@ static void lend_free_slabs(hk_page *p) {
  * other sizes give the free blocks' memory back before its RSS grows far
  * (fragmentation: peak RSS / live was 1.33 or 1.62 depending on where the
  * phases fell against the clock; 1.69 without the trigger); a loop whose
- * live spans stay level does not trigger it. Not in hardened mode 2, where
- * a free block must stay all zero. */
+ * live spans stay level does not trigger it. In hardened mode 2, where a
+ * free block stays zero but for its link (no purge mark), with force only
+ * (malloc_trim). */
 static void purge_blocks(hk_heap *h, bool force) {
   uint32_t epoch = atomic_load_explicit(&hk_growth_epoch, memory_order_relaxed);
   uint64_t now = hk_os_now_ms();
@@ -837,7 +840,7 @@ static void purge_blocks(hk_heap *h, bool force) {
     /* a class that searched no page since the last pass lends its pages'
      * free slabs first (then the region's purge gives back those that no
      * span takes) */
-    bool idle = h->class_searched[c] != pass, purge = hk_class_size[c] >= HK_PURGE_BLOCK_MIN && !hk_secure_zero;
+    bool idle = h->class_searched[c] != pass, purge = hk_class_size[c] >= HK_PURGE_BLOCK_MIN && (force || !hk_secure_zero);
     for (hk_page *p = h->queues[c].first; p != NULL; p = p->next) {
       trim_tail(p);
       if (idle) lend_free_slabs(p);
