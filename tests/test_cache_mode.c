@@ -54,6 +54,13 @@ static void check_blk(const blk *b, const char *what) {
   CHECK(bad == HKT_OK, "%s: block %p of %zu bytes changed at byte %zu", what, (void *)b->p, b->n, bad);
 }
 
+/* A block's page: through the page table inside the arena, through its
+ * region's records outside it (HAKMEM_ARENA_MB=0, as free's slow path). */
+static hk_page *page_of(const void *p) {
+  uintptr_t slab = hk_arena_slab((uintptr_t)p);
+  return slab < HK_ARENA_SLABS ? hk_arena_page(slab) : hk_page_of(hk_region_of(p), p);
+}
+
 static bool in_cache_mode(void) {
   hk_heap *h = hk_tls_heap;
   return h->free_owner != h;
@@ -105,7 +112,7 @@ int main(void) {
   /* an own free goes to the cache and comes back first */
   blk mine;
   alloc_blk(&mine, 64);
-  hk_page *page = hk_arena_page(hk_arena_slab((uintptr_t)mine.p));
+  hk_page *page = page_of(mine.p);
   CHECK(hk_is_carved_block(page, (uintptr_t)mine.p), "block %p not found in the page table", (void *)mine.p);
   unsigned char *was = mine.p;
   free(mine.p);
@@ -147,7 +154,7 @@ int main(void) {
   CHECK(hk_tls_heap->free_owner == hk_tls_heap, "free_owner not restored");
   blk after;
   alloc_blk(&after, 64);
-  page = hk_arena_page(hk_arena_slab((uintptr_t)after.p));
+  page = page_of(after.p);
   free(after.p);
   CHECK(!hk_foreign_tagged(page, (hk_block *)after.p), "own free after cache mode still went to the cache");
 
