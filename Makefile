@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 CMAKE ?= cmake
 
-.PHONY: all build test test-release test-clang test-asan test-tsan test-install test-fuzz install clean
+.PHONY: all build test test-release test-clang test-asan test-tsan test-install test-options test-fuzz install clean
 
 all: build
 
@@ -16,7 +16,7 @@ build:
 # C++, preload smoke tests), the same built with clang, the unit tests under
 # ASan+UBSan, the stress test under TSan, and an install/pkg-config/
 # find_package check.
-test: test-release test-clang test-asan test-tsan test-install
+test: test-release test-clang test-asan test-tsan test-install test-options
 
 test-release: build
 	cd build && ctest --output-on-failure -j $(JOBS)
@@ -39,6 +39,10 @@ test-tsan:
 
 test-install: build
 	sh tests/install_check.sh
+
+# every option's non-default values over the test programs (tests/options_matrix.sh)
+test-options: build
+	sh tests/options_matrix.sh build
 
 # libFuzzer on the hak_ API against a shadow model (tests/fuzz_api.c,
 # docs/SAFETY.md), for FUZZ_SECONDS. Needs clang and its libFuzzer runtime

@@ -217,6 +217,25 @@ static HKT_UNUSED int hkt_hardened(void) {
   return hardened;
 }
 
+/* Does freed memory go back on its own while a test waits (up to a few
+ * seconds)? Not with the purger thread off (HAKMEM_PURGE_THREAD=0: only
+ * allocator calls purge then) nor with a purge delay over half a second:
+ * tests skip their timed checks in such runs (docs/OPTIONS.md). */
+static HKT_UNUSED int hkt_short_purge_delay(void) {
+  const char *delay = getenv("HAKMEM_PURGE_DELAY_MS");
+  return delay == NULL || atol(delay) <= 500;
+}
+static HKT_UNUSED int hkt_timed_purges(void) {
+  const char *thread = getenv("HAKMEM_PURGE_THREAD");
+  return !(thread != NULL && atoi(thread) == 0) && hkt_short_purge_delay();
+}
+
+/* Are freed large blocks cached (HAKMEM_LARGE_CACHE_MB, _ENTRIES)? */
+static HKT_UNUSED int hkt_large_cache(void) {
+  const char *mb = getenv("HAKMEM_LARGE_CACHE_MB"), *entries = getenv("HAKMEM_LARGE_CACHE_ENTRIES");
+  return !(mb != NULL && atol(mb) == 0) && !(entries != NULL && atol(entries) == 0);
+}
+
 /* How many OS pages of [lo, hi) are resident (at most 64 pages). */
 static HKT_UNUSED size_t hkt_resident_pages(uintptr_t lo, uintptr_t hi) {
   uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);

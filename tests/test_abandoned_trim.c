@@ -95,7 +95,7 @@ int main(void) {
   pthread_join(t, NULL);
   double t0 = now_s();
   size_t after = before, safter = sbefore;
-  while (now_s() - t0 < 1.5 && (after > 2 || safter > 2)) {
+  while (hkt_timed_purges() && now_s() - t0 < 1.5 && (after > 2 || safter > 2)) {
     usleep(10 * 1000);
     after = hkt_resident_pages(lo, hi);
     safter = hkt_resident_pages(slo, shi);
@@ -103,7 +103,7 @@ int main(void) {
   printf("test_abandoned_trim: resident pages %zu -> %zu (1000 B blocks), %zu -> %zu (24 B blocks) in %.0f ms\n",
          before, after, sbefore, safter, (now_s() - t0) * 1e3);
   /* a fresh page carves one OS page of 1000 B or 24 B blocks */
-  CHECK(after <= 2 && safter <= 2, "empty abandoned pages not trimmed within 1.5 s: %zu and %zu pages resident",
+  CHECK(!hkt_timed_purges() || (after <= 2 && safter <= 2), "empty abandoned pages not trimmed within 1.5 s: %zu and %zu pages resident",
         after, safter);
   return 0;
 }
