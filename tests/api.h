@@ -230,10 +230,12 @@ static HKT_UNUSED int hkt_timed_purges(void) {
   return !(thread != NULL && atoi(thread) == 0) && hkt_short_purge_delay();
 }
 
-/* Are freed large blocks cached (HAKMEM_LARGE_CACHE_MB, _ENTRIES)? */
-static HKT_UNUSED int hkt_large_cache(void) {
+/* Is a freed large block of `size` bytes cached (HAKMEM_LARGE_CACHE_MB,
+ * _ENTRIES)? The cache counts whole mappings: the block, its header page
+ * and its colour (under 64 KiB more). */
+static HKT_UNUSED int hkt_large_cache(size_t size) {
   const char *mb = getenv("HAKMEM_LARGE_CACHE_MB"), *entries = getenv("HAKMEM_LARGE_CACHE_ENTRIES");
-  return !(mb != NULL && atol(mb) == 0) && !(entries != NULL && atol(entries) == 0);
+  return !(mb != NULL && (size_t)atol(mb) << 20 < size + (64 << 10)) && !(entries != NULL && atol(entries) == 0);
 }
 
 /* How many OS pages of [lo, hi) are resident (at most 64 pages). */

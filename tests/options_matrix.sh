@@ -12,7 +12,7 @@ fail=0
 runs=0
 for opts in "HAKMEM_PURGE_THREAD=0" "HAKMEM_PURGE_DELAY_MS=0" "HAKMEM_PURGE_DELAY_MS=1000000" \
             "HAKMEM_PURGE_THREAD=0 HAKMEM_PURGE_DELAY_MS=0" "HAKMEM_REGION_RESERVE=0" \
-            "HAKMEM_LARGE_CACHE_MB=0" "HAKMEM_LARGE_CACHE_ENTRIES=1" "HAKMEM_REGION_LISTS=1" \
+            "HAKMEM_LARGE_CACHE_MB=0" "HAKMEM_LARGE_CACHE_MB=2" "HAKMEM_LARGE_CACHE_ENTRIES=1" "HAKMEM_REGION_LISTS=1" \
             "HAKMEM_ARENA_MB=0" "HAKMEM_SECURE=1" "HAKMEM_SECURE=2"; do
   for t in test_api_override test_api_hak test_stress test_lifecycle test_reap test_misuse test_churn \
            test_thread_storm test_blockcheck test_fork test_fork_lazy test_large_realloc_race \

@@ -863,7 +863,7 @@ static void test_colored_blocks(void) {
    * The cache is emptied first: a mapping an earlier test left there (and
    * the purger has not given back yet) may be a better fit for the second
    * malloc than the block just freed. */
-  if (!secure && hkt_large_cache()) {
+  if (!secure && hkt_large_cache(2 * MiB)) {
     API(malloc_trim)(0);
     void *a = API(malloc)(2 * MiB);
     CHECK(a != NULL, "malloc(2 MiB) failed");
