@@ -66,7 +66,9 @@ size_t hk_block_size(const void *p, const char *who) {
   if (r->kind == HK_KIND_LARGE) {
     if (r->large_state != HK_LARGE_LIVE || (char *)p != (char *)r + r->user_offset)
       hk_fatal_in(who, "pointer that is not a live block", p);
-    return hk_large_usable(r);
+    /* hardened mode reports the request, as for the smaller blocks
+     * (docs/SAFETY.md); a reused cached mapping may be bigger */
+    return hk_secure ? r->user_size : hk_large_usable(r);
   }
   hk_page *page = hk_page_of(r, p);
   if (!hk_is_carved_block(page, a))
