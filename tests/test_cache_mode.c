@@ -73,6 +73,9 @@ static void *thread_b(void *arg) {
   uint64_t rng = 0x9e3779b97f4a7c15ull;
   for (int i = 0; i < NBLK; i++) alloc_blk(&b_own[i], pick_size(&rng));
   for (int i = 0; i < N64; i++) alloc_blk(&b_64[i], 64);
+  /* B's clock now (it is read only on some page searches): B stays "not
+   * idle" for the next 10 ms, while A frees B's blocks (remote.c, owner_idle) */
+  hk_heap_note_active(hk_tls_heap);
   pthread_barrier_wait(&bar); /* 1: B's blocks are there */
   pthread_barrier_wait(&bar); /* 2: A is done with the single-block checks */
   for (int i = 0; i < NBLK; i += 2) { /* A's even blocks: remote frees here */
@@ -109,15 +112,19 @@ int main(void) {
   CHECK(kept > 64, "cache mode after %d remote frees only: the class's list holds 128", kept);
   for (int i = kept; i < N64; i++) free(b_64[i].p);
 
-  /* an own free goes to the cache and comes back first */
+  /* an own free goes to the cache and comes back first (a class with no
+   * cached block, so that the block is this thread's: a cached one of B's
+   * would go straight back once B counts as idle, 10 ms after its last
+   * page search, which a loaded machine can reach here) */
   blk mine;
-  alloc_blk(&mine, 64);
+  alloc_blk(&mine, 48);
   hk_page *page = page_of(mine.p);
   CHECK(hk_is_carved_block(page, (uintptr_t)mine.p), "block %p not found in the page table", (void *)mine.p);
   unsigned char *was = mine.p;
   free(mine.p);
+  CHECK(atomic_load_explicit(&page->heap, memory_order_relaxed) == hk_tls_heap, "the 48-byte block is not the thread's own");
   CHECK(hk_foreign_tagged(page, (hk_block *)was), "own free in cache mode did not go to the cache");
-  alloc_blk(&mine, 64);
+  alloc_blk(&mine, 48);
   CHECK(mine.p == was, "own block freed in cache mode not reused first: got %p, freed %p", (void *)mine.p,
         (void *)was);
 
