@@ -803,7 +803,7 @@ static void lend_free_slabs(hk_page *p) {
     hi &= ~(uintptr_t)(HK_OS_PAGE - 1);
     if (hi > lo) hk_os_purge((void *)lo, hi - lo);
   }
-  hk_block *list = (hk_block *)hk_region_of(p); /* the empty list */
+  hk_block *list = (hk_block *)hk_region_base(p); /* the empty list */
   for (uint32_t k = kept; k-- > 0;) {
     hk_link_set(keep[k], list, key);
     list = keep[k];

@@ -35,8 +35,7 @@ size_t hk_color_offset(void) {
 }
 
 uintptr_t hk_page_span_start(const hk_page *page) {
-  hk_region *r = hk_region_of(page);
-  return (uintptr_t)r + (uintptr_t)(page - r->pages) * HK_SLAB_SIZE;
+  return hk_region_base(page) + (uintptr_t)hk_page_slab(page) * HK_SLAB_SIZE;
 }
 
 void hk_page_init(hk_page *page, unsigned cls) {
@@ -57,9 +56,9 @@ void hk_page_init(hk_page *page, unsigned cls) {
   }
   page->div_magic = hk_div_magic(bs);
   page->key = page->free_key = page_key(page);
-  page->free_check = page->key ^ (uintptr_t)hk_region_of(page);
+  page->free_check = page->key ^ hk_region_base(page);
   page->cls = (uint8_t)cls;
-  page->free = (hk_block *)hk_region_of(page); /* empty list: ends at the region base */
+  page->free = (hk_block *)hk_region_base(page); /* empty list: ends at the region base */
   page->used = (uint32_t)HK_USED_NORMAL;
   page->capacity = 0;
   atomic_store_explicit(&page->remote, HK_PAGE_NORMAL, memory_order_relaxed);

@@ -33,6 +33,7 @@ char *hk_arena_base = (char *)&boot_table[HK_ARENA_SLABS];
 #define ARENA_REGIONS (HK_ARENA_SLABS / HK_SLABS)
 static size_t arena_regions;                   /* slots reserved, slot 0 included */
 static size_t arena_next = 1;                  /* slots below this were used once */
+_Atomic uint64_t hk_region_moved[HK_ARENA_REGIONS / 64];
 static uint64_t arena_free[ARENA_REGIONS / 64]; /* bit i: slot i (< arena_next) is decommitted */
 
 static void arena_init(void) {
@@ -105,7 +106,7 @@ static bool in_arena(const hk_region *r) {
 /* Point the table entries of slabs first..first+n-1 of r at page (offset
  * from the base), or at nothing (0). Slabs beyond the table have none. */
 static void table_set(hk_region *r, unsigned first, unsigned n, const hk_page *page) {
-  uintptr_t slab = hk_arena_slab((uintptr_t)r + (uintptr_t)first * HK_SLAB_SIZE);
+  uintptr_t slab = hk_arena_slab(hk_region_base(r) + (uintptr_t)first * HK_SLAB_SIZE);
   if (slab >= HK_ARENA_SLABS || slab + n > HK_ARENA_SLABS) return;
   uintptr_t v = page ? (uintptr_t)((const char *)page - hk_arena_base) : 0;
   for (unsigned k = 0; k < n; k++) atomic_store_explicit(&hk_page_table()[slab + k], v, memory_order_relaxed);
@@ -129,8 +130,9 @@ static unsigned run_around(hk_slabmask free, unsigned i) {
 #define ALL_SLABS (hk_secure ? slab_bits(1, HK_SLABS - 2) : slab_bits(1, HK_SLABS - 1))
 
 /* What the span search reads of each small region, kept apart from the
- * region (hk_region.info) in one array: the headers all sit at 4 MiB
- * alignment, hence in one cache set, and a search that read each region's
+ * region (hk_region.info) in one array: the headers sit at 4 MiB
+ * alignment (plus one of 8 offsets in the arena: hk_region_of), hence in
+ * a few cache sets, and a search that read each region's
  * header missed the cache on every region it visited (64 KiB-1 MiB blocks
  * of random sizes, two threads: 14 % of the time in the search loop, 44 %
  * of that on one load). Under its list's lock. */
@@ -297,8 +299,10 @@ static void list_if_full(hk_region_info *r) {
 }
 
 static void region_forget(hk_region *r) {
+  r = (hk_region *)hk_region_base(r);
   if (in_arena(r)) {
     size_t slot = (size_t)((char *)r - hk_arena_base) / HK_REGION_SIZE;
+    atomic_fetch_and_explicit(&hk_region_moved[slot / 64], ~((uint64_t)1 << (slot % 64)), memory_order_relaxed);
     hk_os_decommit(r, HK_REGION_SIZE);
     arena_free[slot / 64] |= (uint64_t)1 << (slot % 64);
   } else {
@@ -327,6 +331,11 @@ static hk_region_info *region_new(region_list *l) {
   else info = &info_pool[info_used++];
   pthread_mutex_unlock(&arena_lock);
   if (hk_secure) hk_os_guard((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD); /* catches overflows into the next region */
+  if (in_arena(r)) { /* its header moves into slab 0 (hk_region_of) */
+    size_t slot = (size_t)((char *)r - hk_arena_base) / HK_REGION_SIZE;
+    atomic_fetch_or_explicit(&hk_region_moved[slot / 64], (uint64_t)1 << (slot % 64), memory_order_relaxed);
+    r = hk_region_of(r);
+  }
   r->magic = HK_MAGIC_REGION;
   r->kind = HK_KIND_SMALL;
   r->info = info;
@@ -375,7 +384,7 @@ static void purge_runs(const hk_region *r, hk_slabmask mask) {
     unsigned i = (unsigned)__builtin_ctzll(mask);
     unsigned n = 0;
     while (i + n < HK_SLABS && (mask >> (i + n)) & 1) n++;
-    hk_os_purge((char *)r + (size_t)i * HK_SLAB_SIZE, (size_t)n * HK_SLAB_SIZE);
+    hk_os_purge((char *)hk_region_base(r) + (size_t)i * HK_SLAB_SIZE, (size_t)n * HK_SLAB_SIZE);
     hk_stat_add(slabs_purged, n);
     hk_stat_add(purge_calls, 1);
     mask &= ~slab_bits(i, n);
@@ -673,7 +682,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
   memset(page, 0, sizeof(hk_page));
   page->nslabs = (uint8_t)n;
   link_tail(page, 1, n);
-  table_set(hk_region_of(page), (unsigned)(page - hk_region_of(page)->pages), n, page);
+  table_set(hk_page_region(page), hk_page_slab(page), n, page);
   if (grew == GREW_PURGED) hk_spares_trim(); /* the heaps' spares beyond HK_SPARE_BYTES too */
   return page;
 }
@@ -701,10 +710,10 @@ static void free_slabs(region_list *l, hk_region_info *r, hk_slabmask run, uint8
 
 /* committed: the span may hold committed pages (else it was purged) */
 static void free_span(hk_page *page, bool committed) {
-  hk_region *reg = hk_region_of(page);
+  hk_region *reg = hk_page_region(page);
   hk_region_info *r = reg->info;
   region_list *l = r->list;
-  unsigned i = (unsigned)(page - reg->pages), n = page->nslabs;
+  unsigned i = hk_page_slab(page), n = page->nslabs;
   /* slabs lent while the page lived are the region's already */
   hk_slabmask run = slab_bits(i, n) & ~((hk_slabmask)page->lent << i);
   uint8_t last = (uint8_t)(page->cls + 1);
@@ -728,10 +737,10 @@ static void free_span(hk_page *page, bool committed) {
  * into them finds no live page there (an invalid free) instead of taking
  * a dropped block back. */
 void hk_region_lend_slabs(hk_page *page, unsigned lend) {
-  hk_region *reg = hk_region_of(page);
+  hk_region *reg = hk_page_region(page);
   hk_region_info *r = reg->info;
   region_list *l = r->list;
-  unsigned i = (unsigned)(page - reg->pages);
+  unsigned i = hk_page_slab(page);
   for (unsigned m = lend; m != 0; m &= m - 1) {
     unsigned s = i + (unsigned)__builtin_ctz(m);
     table_set(reg, s, 1, NULL);
@@ -749,10 +758,10 @@ void hk_region_free_span_purged(hk_page *page) { free_span(page, false); }
 
 /* Resizing a span in place (a block alone in its span, see hk_realloc). */
 bool hk_region_grow_span(hk_page *page, unsigned n) {
-  hk_region *reg = hk_region_of(page);
+  hk_region *reg = hk_page_region(page);
   hk_region_info *r = reg->info;
   region_list *l = r->list;
-  unsigned i = (unsigned)(page - reg->pages), old = page->nslabs;
+  unsigned i = hk_page_slab(page), old = page->nslabs;
   if (n <= old || i + n > HK_SLABS) return false;
   hk_slabmask add = slab_bits(i + old, n - old);
   pthread_mutex_lock(list_lock(l));
@@ -777,10 +786,10 @@ bool hk_region_grow_span(hk_page *page, unsigned n) {
 }
 
 void hk_region_shrink_span(hk_page *page, unsigned n) {
-  hk_region *reg = hk_region_of(page);
+  hk_region *reg = hk_page_region(page);
   hk_region_info *r = reg->info;
   region_list *l = r->list;
-  unsigned i = (unsigned)(page - reg->pages), old = page->nslabs;
+  unsigned i = hk_page_slab(page), old = page->nslabs;
   if (n == 0 || n >= old) return;
   hk_slabmask tail = slab_bits(i + n, old - n);
   uint8_t last = (uint8_t)(page->cls + 1);
