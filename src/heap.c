@@ -793,7 +793,7 @@ static void lend_free_slabs(hk_page *p) {
     bool lent0 = all >> ((b0 - span) >> HK_SLAB_SHIFT) & 1, lent1 = all >> ((second - span) >> HK_SLAB_SHIFT) & 1;
     uintptr_t lo = b1, hi = b1;
     if (!lent0) {
-      b->link = hk_foreign_tag(p, b);
+      b->link = hk_foreign_tag(p);
       lo = b0 + 2 * sizeof(uintptr_t); /* (its first OS page stays: the tag) */
       hi = second;
     } else if (!lent1) {

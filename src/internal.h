@@ -671,10 +671,10 @@ void hk_cache_flush_all(hk_heap *h);
  * remote freer's cache, remote.c; dropped with a lent slab, heap.c): it
  * looks free to hk_looks_free, and a free of it is a double free. */
 #define HK_FOREIGN_TAG 16 /* inside slab 0, never a block, never a list end */
-HK_INLINE uintptr_t hk_foreign_tag(const hk_page *page, const hk_block *b) {
-  return page->key ^ (((uintptr_t)b & ~HK_REGION_MASK) + HK_FOREIGN_TAG);
-}
-HK_INLINE bool hk_foreign_tagged(const hk_page *page, const hk_block *b) { return b->link == hk_foreign_tag(page, b); }
+/* page->key ^ (the region base + HK_FOREIGN_TAG), from the page's own
+ * free_check (key ^ base: the base's low bits are clear, so + is ^) */
+HK_INLINE uintptr_t hk_foreign_tag(const hk_page *page) { return page->free_check ^ HK_FOREIGN_TAG; }
+HK_INLINE bool hk_foreign_tagged(const hk_page *page, const hk_block *b) { return b->link == hk_foreign_tag(page); }
 
 /* ---- heap.c ---- */
 void *hk_malloc_slow(size_t size, hk_heap *heap);

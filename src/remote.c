@@ -299,7 +299,7 @@ static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
 HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_block *b, const hk_heap *owner) {
   /* (without a branch: local and remote frees come in any order) */
   self->cache_remote += (uint32_t)(owner != self);
-  b->link = hk_foreign_tag(page, b);
+  b->link = hk_foreign_tag(page);
   (&b->link)[1] = (uintptr_t)self->cache_first[cls] ^ hk_key;
   self->cache_first[cls] = b;
   self->cache_room[cls]--;
