@@ -44,11 +44,17 @@
 #define HK_NOINLINE __attribute__((noinline))
 #define HK_COLD __attribute__((cold, noinline))
 #define HK_API __attribute__((visibility("default")))
-/* The entry points that inline a fast path start on a cache line, so their
- * speed does not depend on where unrelated changes happen to place them
- * (tiny_hot and mem_16b moved 4-5 % with the offsets of malloc and free,
- * 16- instead of 32-byte aligned, at the same instruction counts). */
-#define HK_HOT __attribute__((aligned(64)))
+/* The entry points that inline a fast path start on a 256-byte boundary,
+ * so that their speed does not depend on where unrelated changes happen to
+ * place them. At the same instruction counts, tiny_hot and mem_16b moved
+ * 4-5 % with malloc and free 16- instead of 32-byte aligned (2026-11-25),
+ * and tiny_hot lost 28 % with malloc at page offset 0x380 and free at 0x440
+ * (64-byte aligned, after an unrelated change elsewhere; 2026-11-26): its
+ * samples sat on free's loads of the page record, as if a predictor indexed
+ * by the code's address made them wait for earlier stores. Of six
+ * placements 64 bytes apart that one was slow; nine on 256-byte boundaries
+ * (four tried on purpose) were all as fast as the best. +1.2 KiB of text. */
+#define HK_HOT __attribute__((aligned(256)))
 
 /* ---- geometry ---- */
 /* 4 MiB regions (2 MiB until 2026-11-26): with the region lists, a
