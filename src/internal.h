@@ -336,18 +336,31 @@ HK_INLINE uintptr_t hk_region_base(const void *p) { return (uintptr_t)p & ~HK_RE
  * index bits stop below 4 MiB), and free(), which reads the record of the
  * freed block's page, missed the L2 on one free in four under `larson
  * 16`, 80 % of those misses conflicts (cachegrind, 1 MiB 8-way against
- * 64-way). hk_region_moved says which slots hold such a region: a slot
- * given back may later hold anything, a large mapping included (region.c).
+ * 64-way). Moved are the regions in the arena's reserved slots: slot
+ * below hk_arena_slots, and not a hole, i.e. a slot given back under an
+ * address-space limit (region.c, hk_arena_shrink), where a large mapping or
+ * a region mapped anywhere may land later with its header at its base. A
+ * slot's state never changes while it holds something, so a header is
+ * found where it was put. The hole bitmap is written (and read) only after
+ * such a shrink: no page of it is touched otherwise.
  * The header (8 KiB: the page array) stays 8 KiB-aligned, so a page
  * record finds its header and slab by masking (hk_page_region). */
 #define HK_HEADER_SPOTS 8u
 #define HK_ARENA_REGIONS (HK_ARENA_SLABS >> (HK_REGION_SHIFT - HK_SLAB_SHIFT))
-extern _Atomic uint64_t hk_region_moved[HK_ARENA_REGIONS / 64];
+extern _Atomic size_t hk_arena_slots; /* reserved region slots, slot 0 included (region.c) */
+extern _Atomic bool hk_arena_shrunk;
+extern _Atomic uint64_t hk_arena_holes[HK_ARENA_REGIONS / 64];
+HK_INLINE uintptr_t hk_region_header_offset(uintptr_t base) {
+  uintptr_t slot = (base - (uintptr_t)hk_arena_base) >> HK_REGION_SHIFT;
+  if (slot >= atomic_load_explicit(&hk_arena_slots, memory_order_relaxed)) return 0;
+  if (HK_UNLIKELY(atomic_load_explicit(&hk_arena_shrunk, memory_order_relaxed)) &&
+      (atomic_load_explicit(&hk_arena_holes[slot / 64], memory_order_relaxed) >> (slot % 64)) & 1)
+    return 0;
+  return (slot % HK_HEADER_SPOTS) * sizeof(hk_region);
+}
 HK_INLINE hk_region *hk_region_of(const void *p) {
-  uintptr_t base = hk_region_base(p), slot = (base - (uintptr_t)hk_arena_base) >> HK_REGION_SHIFT;
-  if (slot < HK_ARENA_REGIONS && (atomic_load_explicit(&hk_region_moved[slot / 64], memory_order_relaxed) >> (slot % 64)) & 1)
-    base += (slot % HK_HEADER_SPOTS) * sizeof(hk_region);
-  return (hk_region *)base;
+  uintptr_t base = hk_region_base(p);
+  return (hk_region *)(base + hk_region_header_offset(base));
 }
 /* The header a page record lies in, and the record's slab. */
 HK_INLINE hk_region *hk_page_region(const hk_page *page) {

@@ -31,9 +31,10 @@ _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
 static _Atomic uintptr_t boot_table[HK_ARENA_SLABS + sizeof(hk_page) / sizeof(uintptr_t)];
 char *hk_arena_base = (char *)&boot_table[HK_ARENA_SLABS];
 #define ARENA_REGIONS (HK_ARENA_SLABS / HK_SLABS)
-static size_t arena_regions;                   /* slots reserved, slot 0 included */
+_Atomic size_t hk_arena_slots;                 /* slots reserved, slot 0 included (read by hk_region_of) */
 static size_t arena_next = 1;                  /* slots below this were used once */
-_Atomic uint64_t hk_region_moved[HK_ARENA_REGIONS / 64];
+_Atomic bool hk_arena_shrunk;                   /* some slots are holes (hk_region_of) */
+_Atomic uint64_t hk_arena_holes[HK_ARENA_REGIONS / 64];
 static uint64_t arena_free[ARENA_REGIONS / 64]; /* bit i: slot i (< arena_next) is decommitted */
 
 static void arena_init(void) {
@@ -49,7 +50,7 @@ static void arena_init(void) {
       return;
     }
     hk_arena_base = base;
-    arena_regions = n;
+    hk_arena_slots = n;
     return;
   }
 }
@@ -63,7 +64,7 @@ static hk_region *arena_take(void) {
       break;
     }
   if (slot == 0) {
-    if (arena_next >= arena_regions) return NULL;
+    if (arena_next >= hk_arena_slots) return NULL;
     slot = arena_next++;
   }
   hk_region *r = (hk_region *)(hk_arena_base + slot * HK_REGION_SIZE);
@@ -85,14 +86,19 @@ bool hk_arena_shrink(void) {
   for (size_t w = 0; w < (arena_next + 63) / 64; w++) {
     for (uint64_t m = arena_free[w]; m != 0; m &= m - 1) {
       size_t slot = w * 64 + (size_t)__builtin_ctzll(m);
+      /* a hole from now on: whatever lands there keeps its header at its
+       * base (hk_region_of), so marked before the unmap */
+      atomic_store_explicit(&hk_arena_shrunk, true, memory_order_release);
+      atomic_fetch_or_explicit(&hk_arena_holes[slot / 64], (uint64_t)1 << (slot % 64), memory_order_release);
       hk_os_unmap(hk_arena_base + slot * HK_REGION_SIZE, HK_REGION_SIZE);
       shrunk = true;
     }
     arena_free[w] = 0;
   }
-  if (arena_regions > arena_next) {
-    hk_os_unmap(hk_arena_base + arena_next * HK_REGION_SIZE, (arena_regions - arena_next) * HK_REGION_SIZE);
-    arena_regions = arena_next;
+  if (hk_arena_slots > arena_next) {
+    size_t old = hk_arena_slots;
+    hk_arena_slots = arena_next; /* (before the unmap, as above) */
+    hk_os_unmap(hk_arena_base + arena_next * HK_REGION_SIZE, (old - arena_next) * HK_REGION_SIZE);
     shrunk = true;
   }
   pthread_mutex_unlock(&arena_lock);
@@ -100,7 +106,7 @@ bool hk_arena_shrink(void) {
 }
 
 static bool in_arena(const hk_region *r) {
-  return arena_regions != 0 && (uintptr_t)((const char *)r - hk_arena_base) < arena_regions * HK_REGION_SIZE;
+  return hk_arena_slots != 0 && (uintptr_t)((const char *)r - hk_arena_base) < hk_arena_slots * HK_REGION_SIZE;
 }
 
 /* Point the table entries of slabs first..first+n-1 of r at page (offset
@@ -302,7 +308,6 @@ static void region_forget(hk_region *r) {
   r = (hk_region *)hk_region_base(r);
   if (in_arena(r)) {
     size_t slot = (size_t)((char *)r - hk_arena_base) / HK_REGION_SIZE;
-    atomic_fetch_and_explicit(&hk_region_moved[slot / 64], ~((uint64_t)1 << (slot % 64)), memory_order_relaxed);
     hk_os_decommit(r, HK_REGION_SIZE);
     arena_free[slot / 64] |= (uint64_t)1 << (slot % 64);
   } else {
@@ -331,11 +336,7 @@ static hk_region_info *region_new(region_list *l) {
   else info = &info_pool[info_used++];
   pthread_mutex_unlock(&arena_lock);
   if (hk_secure) hk_os_guard((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD); /* catches overflows into the next region */
-  if (in_arena(r)) { /* its header moves into slab 0 (hk_region_of) */
-    size_t slot = (size_t)((char *)r - hk_arena_base) / HK_REGION_SIZE;
-    atomic_fetch_or_explicit(&hk_region_moved[slot / 64], (uint64_t)1 << (slot % 64), memory_order_relaxed);
-    r = hk_region_of(r);
-  }
+  r = hk_region_of(r); /* in the arena, the header moves into slab 0 */
   r->magic = HK_MAGIC_REGION;
   r->kind = HK_KIND_SMALL;
   r->info = info;
