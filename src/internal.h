@@ -367,7 +367,7 @@ HK_INLINE hk_region *hk_page_region(const hk_page *page) {
   return (hk_region *)((uintptr_t)page & ~(uintptr_t)(sizeof(hk_region) - 1));
 }
 HK_INLINE unsigned hk_page_slab(const hk_page *page) {
-  return (unsigned)(((uintptr_t)page & (sizeof(hk_region) - 1)) >> 7);
+  return (unsigned)(((uintptr_t)page & (sizeof(hk_region) - 1)) / sizeof(hk_page));
 }
 
 /* The page a block lives in (valid once the region is known to be ours). */
