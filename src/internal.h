@@ -604,6 +604,7 @@ typedef struct hk_stats {
   _Atomic uint64_t large_unmaps, large_remaps;
   _Atomic uint64_t heaps_created, threads_exited, heaps_reaped;
   _Atomic uint64_t blocks_purged, block_purge_bytes, slabs_lent;
+  _Atomic uint64_t spans_deferred;     /* spans given back while their list's lock was taken (region.c) */
 } hk_stats_t;
 extern hk_stats_t hk_stats;
 #define hk_stat_add(field, n) atomic_fetch_add_explicit(&hk_stats.field, (n), memory_order_relaxed)

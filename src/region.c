@@ -781,6 +781,7 @@ static void free_span(hk_page *page, bool committed) {
     hk_page *top = atomic_load_explicit(&l->deferred, memory_order_relaxed);
     do page->next = top;
     while (!atomic_compare_exchange_weak_explicit(&l->deferred, &top, page, memory_order_release, memory_order_relaxed));
+    hk_stat_add(spans_deferred, 1);
     return;
   }
   release_locked(l, r, i, n, lent, cls, committed);

@@ -66,6 +66,7 @@ void hk_stats_print(void) {
   line("free medium blocks purged (madvise)", LOAD(blocks_purged), NULL);
   line("bytes purged inside free medium blocks", LOAD(block_purge_bytes), "B");
   line("free slabs lent back by pages in use", LOAD(slabs_lent), "x 64 KiB");
+  line("spans given back while their list was busy", LOAD(spans_deferred), NULL);
   line("pages acquired (this+exited threads)", t.pages_acquired, NULL);
   line("pages released", t.pages_released, NULL);
   line("pages adopted from exited threads", t.pages_adopted, NULL);

@@ -217,6 +217,29 @@ static HKT_UNUSED int hkt_hardened(void) {
   return hardened;
 }
 
+/* A counter of malloc_stats() (the number after `name` on its line), read
+ * through a pipe. */
+static HKT_UNUSED long hkt_stat(const char *name) {
+  int fds[2];
+  CHECK(pipe(fds) == 0, "pipe: %s", strerror(errno));
+  fflush(stderr);
+  int saved = dup(2);
+  CHECK(saved >= 0 && dup2(fds[1], 2) == 2, "dup2: %s", strerror(errno));
+  API(malloc_stats)(); /* (a few KiB: within the pipe's buffer) */
+  dup2(saved, 2);
+  close(saved);
+  close(fds[1]);
+  static char buf[16384];
+  size_t n = 0;
+  ssize_t r;
+  while (n < sizeof buf - 1 && (r = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
+  close(fds[0]);
+  buf[n] = 0;
+  const char *line = strstr(buf, name);
+  CHECK(line != NULL, "malloc_stats() printed no \"%s\":\n%s", name, buf);
+  return strtol(line + strlen(name), NULL, 10);
+}
+
 /* Does freed memory go back on its own while a test waits (up to a few
  * seconds)? Not with the purger thread off (HAKMEM_PURGE_THREAD=0: only
  * allocator calls purge then) nor with a purge delay over half a second:

@@ -27,26 +27,7 @@
 
 #define THREADS 400
 
-static long reaped_count(void) {
-  int fds[2];
-  CHECK(pipe(fds) == 0, "pipe: %s", strerror(errno));
-  fflush(stderr);
-  int saved = dup(2);
-  CHECK(saved >= 0 && dup2(fds[1], 2) == 2, "dup2: %s", strerror(errno));
-  malloc_stats();
-  dup2(saved, 2);
-  close(saved);
-  close(fds[1]);
-  static char buf[16384];
-  size_t n = 0;
-  ssize_t r;
-  while (n < sizeof buf - 1 && (r = read(fds[0], buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
-  close(fds[0]);
-  buf[n] = 0;
-  const char *line = strstr(buf, "heaps of exited threads reaped");
-  CHECK(line != NULL, "malloc_stats() printed no reaper count:\n%s", buf);
-  return strtol(line + strlen("heaps of exited threads reaped"), NULL, 10);
-}
+static long reaped_count(void) { return hkt_stat("heaps of exited threads reaped"); }
 
 static void *allocating_thread(void *arg) {
   (void)arg;
