@@ -53,13 +53,17 @@ static inline long bu_peak_rss_kb(void) {
 
 /* Current resident set in KiB, from /proc/self/statm (no malloc). */
 static inline long bu_rss_kb(void) {
+  /* the page size first: the first call of sysconf faults 64 KiB of libc's
+   * text in, and after the reading it counted in the next one (mem_16b's
+   * RSS before, under an allocator that had not run sysconf's neighbours) */
+  long page_kb = sysconf(_SC_PAGESIZE) / 1024;
   long pages = 0, resident = 0;
   FILE *f = fopen("/proc/self/statm", "r");
   if (f) {
     if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
     fclose(f);
   }
-  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+  return resident * page_kb;
 }
 
 /* ---- random numbers: xorshift64*, one state per thread ---- */
