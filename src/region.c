@@ -184,7 +184,7 @@ static hk_region_info *info_free;   /* given back, linked through next */
  * another list's committed run before clean memory of its own keeps the
  * lists from growing apart, as separate heaps of regions would (a heap
  * leasing regions of its own: 78-92 MiB against 60-67 on big_mixed,
- * docs/BENCHMARKS.md). */
+ * docs/BENCHMARK-LOG.md). */
 typedef struct region_list {
   hk_region_info *first, *last; /* regions with free slabs first, full ones at the tail */
   uint64_t next_purge_ms;
@@ -239,7 +239,7 @@ static bool list_try(region_list *l) {
  * threads replacing blocks of 64 KiB-1 MiB on 16 CPUs ran at 8.1 Mops/s,
  * below the 9.3 of 8 threads, against mimalloc's 28.6 (pthread_mutex_lock
  * 27 % of the time, called from both span paths); 16 lists: 1.46x
- * (docs/BENCHMARKS.md, 2026-11-26). HAKMEM_REGION_LISTS sets the count
+ * (docs/BENCHMARK-LOG.md, 2026-11-26). HAKMEM_REGION_LISTS sets the count
  * (1 to HK_REGION_LISTS_MAX): where the CPUs a process may use are not the
  * CPUs it gets (a container's CPU quota), and for the tests. */
 static unsigned list_count = HK_REGION_LISTS_MIN;

@@ -59,7 +59,7 @@ uint8_t hk_class_cache_max[HK_NCLASSES];
  * parked full and unparked by the next free into it (mid_large_mt,
  * 2 threads x 1M operations under callgrind: 75k slow-path mallocs and 70k
  * parks; with 8 blocks 36k and 21k, 7.6 % fewer instructions in all;
- * +6 % ops/s; 2026-11-25, docs/BENCHMARKS.md). Up to 32 KiB, 16 blocks:
+ * +6 % ops/s; 2026-11-25, docs/BENCHMARK-LOG.md). Up to 32 KiB, 16 blocks:
  * mid_large_mt (8-32 KiB blocks) 3.0 % fewer instructions again and 1.07x
  * ops/s, realloc_growth 1.07x, no change in peak RSS; 32 blocks (which
  * changes the classes of 12, 16, 20 ... 32 KiB, whose pages held 15 padded
