@@ -392,10 +392,10 @@ static void forget_empty(unsigned cls) {
  * with the OS pages its earlier owners wrote (a medium page kept 12-24
  * KiB): thread_churn's peak RSS grew with the threads it ran (2.8 MiB
  * after 100, 3.8 after 20,000; glibc 2.6 and 2.9). One kept a class:
- * 3.76 -> 3.53 MiB at 1.01x the CPU time (21 interleaved runs). Applied
- * to the one-slab pages too: 3.26 MiB, but 1.09x the CPU time: the
- * madvise and the page faults of some 3,000 pages given back and taken
- * again. A page with lent slabs is kept: they are not its to purge. */
+ * 3.78 -> 3.51 MiB at 1.00x the CPU time (21 interleaved runs). Applied
+ * to the one-slab pages too: 3.26 MiB, but 1.06-1.09x the CPU time: the
+ * madvise and the page faults of some 2,600 more pages given back and
+ * taken again. A page with lent slabs is kept: they are not its to purge. */
 static bool surplus_empty(const hk_page *page) {
   return page->nslabs > 1 && !page->lent && atomic_load_explicit(&abandoned_empty_in[page->cls], memory_order_relaxed) != 0;
 }
