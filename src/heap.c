@@ -248,6 +248,12 @@ void hk_spares_expire(bool force) {
   }
 }
 
+/* A span with no live block goes back to its region, its memory to the OS. */
+static void give_back_purged(hk_page *page) {
+  hk_os_purge((void *)hk_page_span_start(page), span_bytes(page));
+  hk_region_free_span_purged(page);
+}
+
 /* The program grew (region.c, span_taken): spares beyond HK_SPARE_BYTES, of
  * any age, go back to the OS at once, as the regions' free slabs do; at
  * most once every quarter of a purge delay, because giving them back lowers
@@ -263,8 +269,7 @@ void hk_spares_trim(void) {
   hk_page *out = detach_all_heaps(UINT64_MAX, HK_SPARE_BYTES);
   while (out != NULL) {
     hk_page *next = out->next;
-    hk_os_purge((void *)hk_page_span_start(out), span_bytes(out));
-    hk_region_free_span_purged(out);
+    give_back_purged(out);
     hk_stat_add(spares_released, 1);
     out = next;
   }
@@ -400,12 +405,6 @@ static bool surplus_empty(const hk_page *page) {
   return page->nslabs > 1 && !page->lent && atomic_load_explicit(&abandoned_empty_in[page->cls], memory_order_relaxed) != 0;
 }
 
-static void give_back_purged(hk_page *page) {
-  hk_os_purge((void *)hk_page_span_start(page), span_bytes(page));
-  hk_region_free_span_purged(page);
-  hk_stat_add(abandoned_released, 1);
-}
-
 /* An exiting thread's page joins the abandoned list of its class, even
  * when it is empty: a thread that starts later and uses the class adopts
  * it, blocks carved and memory committed where the class carves. Given
@@ -429,6 +428,7 @@ static void abandon_page(hk_page *page) {
   if (hk_page_used(page) == 0) {
     if (surplus_empty(page)) {
       give_back_purged(page);
+      hk_stat_add(abandoned_released, 1);
       return;
     }
     note_empty(page, hk_os_now_ms());
@@ -576,6 +576,7 @@ void hk_abandoned_sweep(bool trim, bool force) {
   while (surplus != NULL) {
     hk_page *next = surplus->next;
     give_back_purged(surplus);
+    hk_stat_add(abandoned_released, 1);
     surplus = next;
   }
 }
