@@ -894,7 +894,7 @@ static void purge_blocks(hk_heap *h, bool force) {
      * here, their free blocks were lent by the pass after the class went
      * idle, already given back, and the spans that took them faulted them
      * in again (fragmentation, with a timed pass early in its refill phase:
-     * 36.4-37.5k page faults in that phase instead of 27.0k; realloc_growth,
+     * 36.4-37.5k page faults in that phase instead of 27.0-28.9k; realloc_growth,
      * mid_large_mt and thread_churn lend nothing more and kept their
      * speed; 2026-11-26). Blocks of a slab or more are left alone: with
      * random 64 KiB-1 MiB blocks in use (big_mixed), lending their pages'

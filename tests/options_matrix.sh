@@ -2,7 +2,7 @@
 # The test programs again under each option's non-default values
 # (docs/OPTIONS.md), so that every option keeps working: `make test-options`.
 # Tests whose checks time the purger skip those checks where the options
-# stop timed purges (tests/api.h, hkt_timed_purges). test_lend,
+# stop timed purges (tests/api.h, hkt_timed_purges). test_lend, test_lend_timed,
 # test_growth_purge and test_region_lists need options of their own and run
 # in ctest only.
 # usage: tests/options_matrix.sh BUILD_DIR
