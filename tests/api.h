@@ -179,6 +179,24 @@ static HKT_UNUSED size_t hkt_verify(const void *p, size_t n, uint64_t seed) {
 }
 #define HKT_OK ((size_t)-1)
 
+/* A block written with hkt_fill's pattern, to be checked later. */
+typedef struct {
+  unsigned char *p;
+  size_t n;
+  uint64_t seed;
+} hkt_blk;
+static HKT_UNUSED void hkt_blk_alloc(hkt_blk *b, size_t n, uint64_t seed) {
+  b->n = n;
+  b->p = (unsigned char *)malloc(n);
+  CHECK(b->p != NULL, "malloc(%zu) failed", n);
+  b->seed = seed;
+  hkt_fill(b->p, n, seed);
+}
+static HKT_UNUSED void hkt_blk_check(const hkt_blk *b, const char *what) {
+  size_t bad = hkt_verify(b->p, b->n, b->seed);
+  CHECK(bad == HKT_OK, "%s: block %p of %zu bytes changed at byte %zu", what, (void *)b->p, b->n, bad);
+}
+
 static HKT_UNUSED int hkt_is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 /* xorshift64: a test's own reproducible sequence (state must not be 0) */

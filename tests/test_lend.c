@@ -27,28 +27,13 @@
 #define ROUNDS 3
 #define KiB ((size_t)1 << 10)
 
-typedef struct {
-  unsigned char *p;
-  size_t n;
-  uint64_t seed;
-} blk;
-
-static blk small[NSMALL], big[ROUNDS][4096], again[NSMALL], kept[ROUNDS][NSMALL / 10];
+static hkt_blk small[NSMALL], big[ROUNDS][4096], again[NSMALL], kept[ROUNDS][NSMALL / 10];
 static int nbig[ROUNDS];
 static uint64_t rng = 88172645463325252ull;
 static uint64_t next_rand(void) { return hkt_xorshift(&rng); }
 
-static void alloc_blk(blk *b, size_t lo, size_t hi, uint64_t seed) {
-  b->n = lo + (size_t)(next_rand() % (hi - lo + 1));
-  b->p = malloc(b->n);
-  CHECK(b->p != NULL, "malloc(%zu) failed", b->n);
-  b->seed = seed;
-  hkt_fill(b->p, b->n, seed);
-}
-
-static void check_blk(const blk *b, const char *what) {
-  size_t bad = hkt_verify(b->p, b->n, b->seed);
-  CHECK(bad == HKT_OK, "%s: block %p of %zu bytes changed at byte %zu", what, (void *)b->p, b->n, bad);
+static void alloc_blk(hkt_blk *b, size_t lo, size_t hi, uint64_t seed) {
+  hkt_blk_alloc(b, lo + (size_t)(next_rand() % (hi - lo + 1)), seed);
 }
 
 static unsigned char *was[NSMALL]; /* the freed blocks' addresses */
@@ -56,7 +41,7 @@ static unsigned char *was[NSMALL]; /* the freed blocks' addresses */
 static void free_90(int from, int to) {
   for (int i = from; i < to; i++)
     if (i % 10 != 0) {
-      check_blk(&small[i], "freed block");
+      hkt_blk_check(&small[i], "freed block");
       was[i] = small[i].p;
       free(small[i].p);
       small[i].p = NULL;
@@ -83,7 +68,7 @@ static void *freer(void *arg) {
 }
 
 static void round_of(int round, int threaded, uint64_t seed, int probe) {
-  blk *bigs = big[round];
+  hkt_blk *bigs = big[round];
   size_t live = 0;
   for (int i = 0; i < NSMALL; i++) {
     alloc_blk(&small[i], 9 * KiB, 60 * KiB, seed + (uint64_t)i);
@@ -108,17 +93,17 @@ static void round_of(int round, int threaded, uint64_t seed, int probe) {
   }
   nbig[round] = n;
   CHECK(atomic_load(&hk_stats.slabs_lent) > lent_before, "no slab was lent (round %s)", threaded ? "threaded" : "plain");
-  for (int i = 0; i < NSMALL; i += 10) check_blk(&small[i], "survivor");
-  for (int i = 0; i < n; i++) check_blk(&bigs[i], "new block");
+  for (int i = 0; i < NSMALL; i += 10) hkt_blk_check(&small[i], "survivor");
+  for (int i = 0; i < n; i++) hkt_blk_check(&bigs[i], "new block");
   if (probe) {
     unsigned char *q = find_dropped();
     CHECK(q != NULL, "no dropped block starts outside the lent slabs");
     hkt_expect_double_free(q, "a dropped block");
   }
   for (int i = 0; i < NSMALL; i++) alloc_blk(&again[i], 9 * KiB, 60 * KiB, seed + 200000 + (uint64_t)i);
-  for (int i = 0; i < NSMALL; i += 10) check_blk(&small[i], "survivor");
-  for (int i = 0; i < n; i++) check_blk(&bigs[i], "new block");
-  for (int i = 0; i < NSMALL; i++) check_blk(&again[i], "block allocated after the lending");
+  for (int i = 0; i < NSMALL; i += 10) hkt_blk_check(&small[i], "survivor");
+  for (int i = 0; i < n; i++) hkt_blk_check(&bigs[i], "new block");
+  for (int i = 0; i < NSMALL; i++) hkt_blk_check(&again[i], "block allocated after the lending");
   for (int i = 0; i < NSMALL; i++) free(again[i].p);
   /* the survivors and the new blocks stay to the end: each round grows */
   for (int i = 0; i < NSMALL; i += 10) kept[round][i / 10] = small[i];
@@ -136,11 +121,11 @@ int main(void) {
   round_of(2, 0, 3, 0);
   for (int r = 0; r < ROUNDS; r++) {
     for (int i = 0; i < NSMALL / 10; i++) {
-      check_blk(&kept[r][i], "survivor at the end");
+      hkt_blk_check(&kept[r][i], "survivor at the end");
       free(kept[r][i].p);
     }
     for (int i = 0; i < nbig[r]; i++) {
-      check_blk(&big[r][i], "new block at the end");
+      hkt_blk_check(&big[r][i], "new block at the end");
       free(big[r][i].p);
     }
   }

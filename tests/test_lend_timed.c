@@ -26,26 +26,7 @@
 #define NBIG 32
 #define KiB ((size_t)1 << 10)
 
-typedef struct {
-  unsigned char *p;
-  size_t n;
-  uint64_t seed;
-} blk;
-
-static blk small[N], big[NBIG], again[N];
-
-static void alloc_blk(blk *b, size_t n, uint64_t seed) {
-  b->n = n;
-  b->p = malloc(n);
-  CHECK(b->p != NULL, "malloc(%zu) failed", n);
-  b->seed = seed;
-  hkt_fill(b->p, n, seed);
-}
-
-static void check_blk(const blk *b, const char *what) {
-  size_t bad = hkt_verify(b->p, b->n, b->seed);
-  CHECK(bad == HKT_OK, "%s: block %p of %zu bytes changed at byte %zu", what, (void *)b->p, b->n, bad);
-}
+static hkt_blk small[N], big[NBIG], again[N];
 
 int main(void) {
   const char *delay = getenv("HAKMEM_PURGE_DELAY_MS");
@@ -54,10 +35,10 @@ int main(void) {
     printf("test_lend_timed: hardened mode lends nothing; skipped\n");
     return 0;
   }
-  for (int i = 0; i < N; i++) alloc_blk(&small[i], 40 * KiB, (uint64_t)i + 1);
+  for (int i = 0; i < N; i++) hkt_blk_alloc(&small[i], 40 * KiB, (uint64_t)i + 1);
   for (int i = 0; i < N; i++)
     if (i % 10 != 0) {
-      check_blk(&small[i], "freed block");
+      hkt_blk_check(&small[i], "freed block");
       free(small[i].p);
     }
   hk_heap *h = hk_heap_get();
@@ -68,19 +49,19 @@ int main(void) {
   uint64_t lent_before = atomic_load(&hk_stats.slabs_lent);
   for (int i = 0; i < NBIG; i++) {
     h->class_searched[cls] = h->purge_passes; /* in use: it looked for a page since the last pass */
-    alloc_blk(&big[i], 200 * KiB, (uint64_t)i + 1000);
+    hkt_blk_alloc(&big[i], 200 * KiB, (uint64_t)i + 1000);
   }
   uint64_t lent = atomic_load(&hk_stats.slabs_lent) - lent_before;
   CHECK(lent > 0, "the timed pass lent no free slab of a class in use");
   hk_page *cur = h->queues[cls].first;
   CHECK(cur == NULL || cur->lent == 0, "the class's current page lent slabs");
-  for (int i = 0; i < N; i += 10) check_blk(&small[i], "survivor");
-  for (int i = 0; i < NBIG; i++) check_blk(&big[i], "200 KiB block");
-  for (int i = 0; i < N; i++) alloc_blk(&again[i], 40 * KiB, (uint64_t)i + 5000);
-  for (int i = 0; i < N; i += 10) check_blk(&small[i], "survivor");
-  for (int i = 0; i < NBIG; i++) check_blk(&big[i], "200 KiB block");
+  for (int i = 0; i < N; i += 10) hkt_blk_check(&small[i], "survivor");
+  for (int i = 0; i < NBIG; i++) hkt_blk_check(&big[i], "200 KiB block");
+  for (int i = 0; i < N; i++) hkt_blk_alloc(&again[i], 40 * KiB, (uint64_t)i + 5000);
+  for (int i = 0; i < N; i += 10) hkt_blk_check(&small[i], "survivor");
+  for (int i = 0; i < NBIG; i++) hkt_blk_check(&big[i], "200 KiB block");
   for (int i = 0; i < N; i++) {
-    check_blk(&again[i], "block allocated after the lending");
+    hkt_blk_check(&again[i], "block allocated after the lending");
     free(again[i].p);
   }
   for (int i = 0; i < N; i += 10) free(small[i].p);
