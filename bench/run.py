@@ -714,6 +714,10 @@ def main():
     benches = [b for b in BENCHMARKS if (b.quick if args.quick else b.full)]
     if args.scaling:
         benches = scaling_benchmarks([int(t) for t in args.threads.split(",") if t])
+        if args.only_names:  # larson, mid_large_mt, big_mixed, thread_scaling, prodcons
+            benches = [b for b in benches if b.name.rsplit("_", 1)[0] in args.only_names]
+            if not benches:
+                sys.exit("run.py: --scaling --only takes larson, mid_large_mt, big_mixed, thread_scaling, prodcons")
     elif args.only_names:
         known = {b.name for b in BENCHMARKS} | {"fixed", "thread_scaling"}
         bad = [n for n in args.only_names if n not in known]
