@@ -23,15 +23,9 @@
 
 #define NBLK 4000
 
-typedef struct {
-  unsigned char *p;
-  size_t n;
-  uint64_t seed;
-} blk;
-
 #define N64 200 /* more than the 64-byte class's list holds (128) */
 
-static blk a_own[NBLK], b_own[NBLK], b_64[N64];
+static hkt_blk a_own[NBLK], b_own[NBLK], b_64[N64];
 static pthread_barrier_t bar;
 static uint64_t seed_next = 1;
 
@@ -41,18 +35,7 @@ static size_t pick_size(uint64_t *rng) {
   return (r & 3) ? 16 + (size_t)(r >> 8) % 1009 : 1024 + (size_t)(r >> 8) % 7169;
 }
 
-static void alloc_blk(blk *b, size_t n) {
-  b->n = n;
-  b->p = malloc(n);
-  CHECK(b->p != NULL, "malloc(%zu) failed", n);
-  b->seed = __atomic_fetch_add(&seed_next, 1, __ATOMIC_RELAXED);
-  hkt_fill(b->p, n, b->seed);
-}
-
-static void check_blk(const blk *b, const char *what) {
-  size_t bad = hkt_verify(b->p, b->n, b->seed);
-  CHECK(bad == HKT_OK, "%s: block %p of %zu bytes changed at byte %zu", what, (void *)b->p, b->n, bad);
-}
+static void alloc_blk(hkt_blk *b, size_t n) { hkt_blk_alloc(b, n, __atomic_fetch_add(&seed_next, 1, __ATOMIC_RELAXED)); }
 
 /* A block's page: through the page table inside the arena, through its
  * region's records outside it (HAKMEM_ARENA_MB=0, as free's slow path). */
@@ -79,7 +62,7 @@ static void *thread_b(void *arg) {
   pthread_barrier_wait(&bar); /* 1: B's blocks are there */
   pthread_barrier_wait(&bar); /* 2: A is done with the single-block checks */
   for (int i = 0; i < NBLK; i += 2) { /* A's even blocks: remote frees here */
-    check_blk(&a_own[i], "A's block, freed by B");
+    hkt_blk_check(&a_own[i], "A's block, freed by B");
     free(a_own[i].p);
     alloc_blk(&a_own[i], pick_size(&rng));
   }
@@ -101,11 +84,11 @@ int main(void) {
 
   /* remote frees until the 64-byte class's list is full: cache mode */
   CHECK(!in_cache_mode(), "in cache mode before any remote free");
-  blk spare;
+  hkt_blk spare;
   alloc_blk(&spare, 64); /* keeps the 64-byte class's page in use */
   int kept = 0;
   for (; kept < N64 && !in_cache_mode(); kept++) {
-    check_blk(&b_64[kept], "B's 64-byte block");
+    hkt_blk_check(&b_64[kept], "B's 64-byte block");
     free(b_64[kept].p);
   }
   CHECK(in_cache_mode(), "%d remote frees of one class did not start cache mode", kept);
@@ -116,7 +99,7 @@ int main(void) {
    * cached block, so that the block is this thread's: a cached one of B's
    * would go straight back once B counts as idle, 10 ms after its last
    * page search, which a loaded machine can reach here) */
-  blk mine;
+  hkt_blk mine;
   alloc_blk(&mine, 48);
   hk_page *page = page_of(mine.p);
   CHECK(hk_is_carved_block(page, (uintptr_t)mine.p), "block %p not found in the page table", (void *)mine.p);
@@ -137,10 +120,10 @@ int main(void) {
   /* B's odd blocks and A's own odd blocks, interleaved: local and remote frees */
   for (int round = 0; round < 3; round++)
     for (int i = 1; i < NBLK; i += 2) {
-      check_blk(&b_own[i], "B's block, freed by A");
+      hkt_blk_check(&b_own[i], "B's block, freed by A");
       free(b_own[i].p);
       alloc_blk(&b_own[i], pick_size(&rng));
-      check_blk(&a_own[i], "A's own block");
+      hkt_blk_check(&a_own[i], "A's own block");
       free(a_own[i].p);
       alloc_blk(&a_own[i], pick_size(&rng));
     }
@@ -153,26 +136,26 @@ int main(void) {
   int ops = 0;
   for (; ops < 2000 && in_cache_mode(); ops++) {
     int i = 1 + 2 * (int)(hkt_xorshift(&rng) % (NBLK / 2));
-    check_blk(&a_own[i], "A's own block (own frees only)");
+    hkt_blk_check(&a_own[i], "A's own block (own frees only)");
     free(a_own[i].p);
     alloc_blk(&a_own[i], pick_size(&rng));
   }
   CHECK(!in_cache_mode(), "still in cache mode after %d own frees and mallocs", ops);
   CHECK(hk_tls_heap->free_owner == hk_tls_heap, "free_owner not restored");
-  blk after;
+  hkt_blk after;
   alloc_blk(&after, 64);
   page = page_of(after.p);
   free(after.p);
   CHECK(!hk_foreign_tagged(page, (hk_block *)after.p), "own free after cache mode still went to the cache");
 
   for (int i = 0; i < NBLK; i++) {
-    check_blk(&a_own[i], "final A");
-    check_blk(&b_own[i], "final B");
+    hkt_blk_check(&a_own[i], "final A");
+    hkt_blk_check(&b_own[i], "final B");
     free(a_own[i].p);
     free(b_own[i].p);
   }
-  check_blk(&mine, "final own block");
-  check_blk(&spare, "final spare");
+  hkt_blk_check(&mine, "final own block");
+  hkt_blk_check(&spare, "final spare");
   free(mine.p);
   free(spare.p);
   printf("test_cache_mode: cache mode began after %d remote frees of one class, took own frees (reused first, "
