@@ -712,7 +712,7 @@ void hk_abandoned_sweep(bool trim, bool force);
 uint32_t hk_abandoned_empty(void);                 /* empty pages of exited threads kept now */
 extern _Atomic uint32_t hk_abandoned_hint;         /* a remote free reached an abandoned page */
 void hk_thread_init_key(void);
-extern pthread_mutex_t hk_heap_lock, hk_abandoned_lock;
+extern pthread_mutex_t hk_heap_lock;
 
 /* ---- large.c ---- */
 extern pthread_mutex_t hk_large_lock;
