@@ -28,8 +28,8 @@ void *hk_calloc(size_t n, size_t size) {
  * page.c) only for alignments up to a cache line. Larger alignments get a
  * large block. */
 void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
-  if (align <= 16 && (align <= 8 || (size != 0 && (size & 15) == 0) || size > HK_SMALL_MAX)) {
-    /* classes above 128 B and multiples of 16 are 16-aligned */
+  if (align <= 16 && (align <= 8 || size > 8)) {
+    /* the blocks of every class above 8 B are 16-aligned */
     return zero ? hk_calloc(1, size) : hk_malloc_fast(size);
   }
   if (size > ((size_t)1 << 46)) {
@@ -97,9 +97,8 @@ void *hk_realloc(void *p, size_t size) {
     }
   }
   /* The block stays where it is only if it is as aligned as malloc(size)
-   * would be: 16 bytes, unless size's class is an odd multiple of 8
-   * (24, 40, ... 120 B), whose blocks are 8-aligned. */
-  bool aligned_enough = ((uintptr_t)p & 15) == 0 || (size <= HK_SMALL_MAX && ((size + 7) >> 3) & 1);
+   * would be: 16 bytes, unless size fits the 8-byte class. */
+  bool aligned_enough = ((uintptr_t)p & 15) == 0 || size <= 8;
   if (r->kind != HK_KIND_LARGE && hk_secure) {
     hk_page *page = hk_page_of(r, p);
     uint32_t bs = page->block_size;

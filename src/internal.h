@@ -83,18 +83,22 @@ _Static_assert(HK_SLABS <= 64, "a region's slabs fit in a mask");
 #define HK_MAP_BITS (HK_VA_BITS - HK_REGION_SHIFT)
 
 /* ---- size classes ----
- * 8-byte steps up to 128 B (classes 0..15), then 8 classes per power of two
- * (12.5 % apart) up to 1 MiB (classes 16..119): HK_NSIZES classes that
- * sizes map to. The blocks of the classes from 9 to 60 KiB lie
- * HK_CLASS_PAD bytes apart more than their size (sizeclass.c), and each
- * of them has a twin class without that pad, for aligned allocation
- * only: HK_NCLASSES classes in all. */
+ * 8 B, then 16-byte steps up to 128 B (classes 0..8), then 8 classes per
+ * power of two (12.5 % apart) up to 1 MiB (classes 9..112): HK_NSIZES
+ * classes that sizes map to. Every block above 8 B is 16-aligned, as
+ * glibc's are: C++ compilers assume operator new's result is aligned to
+ * __STDCPP_DEFAULT_NEW_ALIGNMENT__ (16) and store to it with aligned SSE
+ * moves, and C programs rely on malloc's 16. The blocks of the classes
+ * from 9 to 60 KiB lie HK_CLASS_PAD bytes apart more than their size
+ * (sizeclass.c), and each of them has a twin class without that pad, for
+ * aligned allocation only: HK_NCLASSES classes in all. */
 #define HK_SMALL_MAX 128
+#define HK_SMALL_CLASSES 9               /* 8, 16, 32, ..., 128 */
 #define HK_LUT_MAX 1024                  /* sizes served by the lookup table */
 #define HK_MEDIUM_MAX ((size_t)1 << 20)  /* largest size-class block */
-#define HK_NSIZES 120
-#define HK_PAD_FIRST 64                  /* 9 KiB: the first class of pages of several slabs */
-#define HK_PAD_LAST 86                   /* 60 KiB: the last class with pages of several blocks */
+#define HK_NSIZES 113
+#define HK_PAD_FIRST 57                  /* 9 KiB: the first class of pages of several slabs */
+#define HK_PAD_LAST 79                   /* 60 KiB: the last class with pages of several blocks */
 #define HK_CLASS_PAD 64
 #define HK_NCLASSES (HK_NSIZES + HK_PAD_LAST - HK_PAD_FIRST + 1)
 #define HK_MAX_ALIGN_CLASS ((size_t)64 << 10) /* larger alignments go to the large tier */
@@ -117,7 +121,7 @@ HK_INLINE unsigned hk_size_class(size_t size) {
   if (HK_LIKELY(size <= HK_LUT_MAX)) return hk_class_lut[(size + 7) >> 3];
   unsigned b = 63u - (unsigned)__builtin_clzl(size - 1); /* 2^b < size <= 2^(b+1) */
   unsigned sub = (unsigned)((size - 1) >> (b - 3)) & 7u;
-  return 16u + (b - 7u) * 8u + sub;
+  return HK_SMALL_CLASSES + (b - 7u) * 8u + sub;
 }
 
 /* ---- blocks and free lists ----

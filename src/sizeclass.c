@@ -1,7 +1,8 @@
 /* Size classes and the page span each class uses.
  *
- * Classes: 8, 16, ..., 128 (8 B apart), then 8 per power of two up to 1 MiB
- * (at most 12.5 % apart), 120 in all. Blocks up to 8 KiB live in one-slab
+ * Classes: 8, then 16, 32, ..., 128 (16 B apart: every block above 8 B is
+ * 16-aligned), then 8 per power of two up to 1 MiB (at most 12.5 % apart),
+ * 113 in all. Blocks up to 8 KiB live in one-slab
  * (64 KiB) pages; larger ones in spans of 1..16 slabs, chosen so that the
  * span wastes as little as possible at its end, except that blocks larger
  * than a slab take the shortest span that wastes at most 1/8 of it (1 to 4
@@ -97,10 +98,10 @@ void hk_sizeclass_init(void) {
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
     uint32_t size;
     unsigned sc = c < HK_NSIZES ? c : HK_PAD_FIRST + (c - HK_NSIZES); /* a twin: its class's size */
-    if (sc < 16) {
-      size = 8 * (sc + 1);
+    if (sc < HK_SMALL_CLASSES) {
+      size = sc == 0 ? 8 : 16 * sc;
     } else {
-      unsigned b = 7 + (sc - 16) / 8, sub = (sc - 16) % 8;
+      unsigned b = 7 + (sc - HK_SMALL_CLASSES) / 8, sub = (sc - HK_SMALL_CLASSES) % 8;
       size = (uint32_t)((8 + sub + 1) << (b - 3));
     }
     hk_class_size[c] = size;

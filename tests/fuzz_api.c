@@ -204,12 +204,11 @@ static int is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 /* ---- checks on a new block ---- */
 
-/* The alignment every allocation result must have: 8, and 16 for sizes
- * above 128 B or a multiple of 16 (the size classes there are multiples of
- * 16; hk_alloc_aligned in src/alloc.c relies on it for alignment 16, and a
- * 16-byte request may hold a long double or an __int128). */
+/* The alignment every allocation result must have: glibc's 16 for sizes
+ * above 8 (C++ compilers assume it of operator new; hk_alloc_aligned in
+ * src/alloc.c relies on it for alignment 16), 8 below. */
 static size_t natural_align(size_t size) {
-  return (size > 128 || (size != 0 && size % 16 == 0)) ? 16 : 8;
+  return size > 8 ? 16 : 8;
 }
 
 /* Records a fresh block (of `size` bytes, aligned to `align`) in slot s:

@@ -3,8 +3,8 @@
 #
 # usage: preload_smoke.sh /path/to/libhakmem.so
 #
-# For each of python3, perl, git, gcc and sqlite3 a deterministic job runs
-# twice, without and with LD_PRELOAD=libhakmem.so; stdout and the exit status
+# For each of python3, perl, git, gcc, sqlite3, clang (C and C++) and
+# cppcheck (a large C++ program) a deterministic job runs twice, without and with LD_PRELOAD=libhakmem.so; stdout and the exit status
 # must be identical. A missing tool is skipped with a note. Also checks that
 # the library really is loaded in the preloaded run, and that HAKMEM_STATS=1
 # makes it print its report (mentioning "hakmem") to stderr at exit.
@@ -16,6 +16,7 @@ if [ -z "$LIB" ] || [ ! -f "$LIB" ]; then
   exit 2
 fi
 LIB=$(cd "$(dirname "$LIB")" && pwd)/$(basename "$LIB")
+REPO=$(cd "$(dirname "$0")/.." && pwd)   # real sources for the compilers to chew on
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/hakmem-preload.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
@@ -146,6 +147,39 @@ PRAGMA integrity_check;
 EOF
 }
 
+# clang/LLVM are C++ programs that rely on operator new's 16-byte alignment
+# (__STDCPP_DEFAULT_NEW_ALIGNMENT__): hakmem's own sources, a C++ test, and a
+# file of 300 functions (code generation's dominator trees), each object's
+# checksum compared.
+job_clang() {
+  local f
+  for f in "$REPO"/src/*.c; do
+    clang -O2 -std=gnu11 -D_GNU_SOURCE -I"$REPO/include" -c "$f" -o obj.o || return 1
+    echo "$(basename "$f") $(cksum < obj.o)"
+  done
+  clang++ -O2 -std=c++17 -fsized-deallocation -I"$REPO/include" -c "$REPO/tests/test_cxx.cpp" -o obj.o || return 1
+  echo "test_cxx.cpp $(cksum < obj.o)"
+  {
+    echo '#include <string.h>'
+    echo 'struct S { int a[16]; char b[40]; double c; };'
+    for i in $(seq 0 299); do
+      echo "int f$i(struct S *s, int k) { int t = 0; for (int j = 0; j < k; j++) { struct S x; memcpy(&x, s + j, sizeof x); t += x.a[j & 15] * $i + (int)x.c; } return t; }"
+    done
+    echo 'int all(struct S *s, int k) { int t = 0;'
+    for i in $(seq 0 299); do echo "  t += f$i(s, k);"; done
+    echo '  return t; }'
+  } > gen.c
+  clang -O2 -c gen.c -o obj.o || return 1
+  echo "gen.c $(cksum < obj.o)"
+}
+
+# cppcheck (C++, many small objects and containers) over hakmem's sources
+job_cppcheck() {
+  cppcheck --enable=all --inconclusive --force -q -I"$REPO/include" -I"$REPO/src" "$REPO/src" "$REPO/tests" 2>&1 |
+    sed "s|$REPO/||g" | sort
+  echo "cppcheck status ${PIPESTATUS[0]}"
+}
+
 # ---- runner ----
 
 run_job() {   # run_job NAME TOOL
@@ -229,6 +263,8 @@ run_job perl perl
 run_job git git
 run_job gcc gcc
 run_job sqlite3 sqlite3
+run_job clang clang
+run_job cppcheck cppcheck
 
 if [ "$failures" -ne 0 ]; then
   echo "preload_smoke: $failures failure(s)" >&2

@@ -18,8 +18,8 @@
 
 #define BLOCK 1000 /* class 1024: 64 blocks in a 64 KiB page */
 #define NBLOCKS 60
-#define SMALL_BLOCK 24 /* class 24 */
-#define NSMALL 2500    /* 60 KiB of them */
+#define SMALL_BLOCK 24 /* class 32 */
+#define NSMALL 1900    /* 59 KiB of them */
 
 static unsigned char *blocks[NBLOCKS];
 static unsigned char *small[NSMALL];

@@ -52,25 +52,53 @@ static void check_block(void *p, std::size_t n, std::size_t align, const char *w
 static const std::size_t kSizes[] = {0, 1, 8, 24, 100, 128, 129, 1000, 4096, 70000, 1u << 20, (1u << 20) + 1,
                                      3u << 20};
 
+// __STDCPP_DEFAULT_NEW_ALIGNMENT__ (16 on x86-64 and aarch64): clang marks
+// operator new's result as aligned to it and zeroes a new 40-byte object
+// with 16-byte aligned SSE stores, which fault on an 8-aligned block.
+static std::size_t new_align(std::size_t n) { return n > 8 ? __STDCPP_DEFAULT_NEW_ALIGNMENT__ : 8; }
+
+struct Node40 {  // 40 bytes: the shape of clang's own crash
+  void *a, *b, *c, *d, *e;
+};
+
+static void test_default_alignment() {
+  // many live at once, so that blocks at every slot of a page are seen
+  static void *live[4096];
+  for (std::size_t n = 1; n <= 1024; n++) {
+    for (std::size_t i = 0; i < 64; i++) {
+      live[i] = ::operator new(n);
+      check_block(live[i], n, new_align(n), "operator new");
+    }
+    for (std::size_t i = 0; i < 64; i++) ::operator delete(live[i], n);
+  }
+  for (std::size_t i = 0; i < 4096; i++) {
+    Node40 *p = new Node40();
+    CHECK(reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && p->a == nullptr && p->e == nullptr, "new Node40() = %p",
+          static_cast<void *>(p));
+    live[i] = p;
+  }
+  for (std::size_t i = 0; i < 4096; i++) delete static_cast<Node40 *>(live[i]);
+}
+
 static void test_plain() {
   for (std::size_t n : kSizes) {
     void *p = ::operator new(n);
-    check_block(p, n, 8, "operator new");
+    check_block(p, n, new_align(n), "operator new");
     ::operator delete(p);
     p = ::operator new(n);
-    check_block(p, n, 8, "operator new");
+    check_block(p, n, new_align(n), "operator new");
     ::operator delete(p, n);  // sized
     p = ::operator new[](n);
-    check_block(p, n, 8, "operator new[]");
+    check_block(p, n, new_align(n), "operator new[]");
     ::operator delete[](p);
     p = ::operator new[](n);
-    check_block(p, n, 8, "operator new[]");
+    check_block(p, n, new_align(n), "operator new[]");
     ::operator delete[](p, n);  // sized
     p = ::operator new(n, std::nothrow);
-    check_block(p, n, 8, "operator new(nothrow)");
+    check_block(p, n, new_align(n), "operator new(nothrow)");
     ::operator delete(p, std::nothrow);
     p = ::operator new[](n, std::nothrow);
-    check_block(p, n, 8, "operator new[](nothrow)");
+    check_block(p, n, new_align(n), "operator new[](nothrow)");
     ::operator delete[](p, std::nothrow);
   }
   // new(0) returns distinct pointers
@@ -271,6 +299,7 @@ static void test_workload() {
 int main() {
   std::printf("test_cxx (hakmem %s)\n", hak_version());
   test_plain();
+  test_default_alignment();
   test_aligned();
   test_expressions();
   test_failure();

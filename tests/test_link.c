@@ -15,10 +15,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* hakmem's documented classes: 8 B steps to 128, then 12.5 % steps */
+/* hakmem's documented classes: 8, then 16 B steps to 128, then 12.5 % steps */
 static size_t class_bound(size_t n) {
   if (n <= 8) return 8;
-  if (n <= 128) return (n + 7) & ~(size_t)7;
+  if (n <= 128) return (n + 15) & ~(size_t)15;
   unsigned b = 63u - (unsigned)__builtin_clzl(n - 1);
   size_t step = (size_t)1 << (b - 3);
   return (n + step - 1) & ~(step - 1);
