@@ -288,29 +288,43 @@ void hk_spares_trim(void) {
 /* ---- heap creation and thread exit ---- */
 static void thread_done(void *arg);
 
-static hk_heap *heap_new(void) {
-  pthread_mutex_lock(&hk_heap_lock);
+#define HEAP_CHUNK_BYTES ((size_t)256 << 10)
+
+/* Under hk_heap_lock: a heap from the pool of exited threads' heaps, or a
+ * new one carved from the current chunk; NULL if no chunk can be mapped. */
+static hk_heap *heap_carve(void) {
   hk_heap *h = heap_pool;
   if (h != NULL) {
     heap_pool = h->pool_next;
-  } else {
-    if (heap_chunk == NULL || heap_chunk + sizeof(hk_heap) > heap_chunk_end) {
-      size_t size = 256u << 10;
-      heap_chunk = hk_os_map_aligned(size, HK_OS_PAGE);
-      heap_chunk_end = heap_chunk ? heap_chunk + size : NULL;
-    }
-    if (heap_chunk != NULL) {
-      h = (hk_heap *)heap_chunk;
-      heap_chunk += (sizeof(hk_heap) + 63) & ~(size_t)63;
-      pthread_mutex_init(&h->spare_lock, NULL);
-      memset(h->spare, 0, sizeof h->spare);
-      h->spare_bytes = 0;
-      h->all_next = all_heaps;
-      all_heaps = h;
-      h->region_list = heaps_carved++;
-    }
+    return h;
   }
-  pthread_mutex_unlock(&hk_heap_lock);
+  if (heap_chunk == NULL || heap_chunk + sizeof(hk_heap) > heap_chunk_end) {
+    heap_chunk = hk_os_map_aligned(HEAP_CHUNK_BYTES, HK_OS_PAGE);
+    heap_chunk_end = heap_chunk ? heap_chunk + HEAP_CHUNK_BYTES : NULL;
+    if (heap_chunk == NULL) return NULL;
+  }
+  h = (hk_heap *)heap_chunk;
+  heap_chunk += (sizeof(hk_heap) + 63) & ~(size_t)63;
+  pthread_mutex_init(&h->spare_lock, NULL);
+  memset(h->spare, 0, sizeof h->spare);
+  h->spare_bytes = 0;
+  h->all_next = all_heaps;
+  all_heaps = h;
+  h->region_list = heaps_carved++;
+  return h;
+}
+
+static hk_heap *heap_new(void) {
+  hk_heap *h;
+  for (bool retried = false;; retried = true) {
+    pthread_mutex_lock(&hk_heap_lock);
+    h = heap_carve();
+    pthread_mutex_unlock(&hk_heap_lock);
+    if (h != NULL || retried) break;
+    /* out of memory: the caches (and the arena's reservation) first, as
+     * for any mapping; outside hk_heap_lock, which the release takes */
+    hk_release_for_retry(HEAP_CHUNK_BYTES);
+  }
   if (h == NULL) return NULL;
   memset(h, 0, offsetof(hk_heap, remote_hint));
   h->held_bytes = 0;
