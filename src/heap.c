@@ -226,7 +226,7 @@ bool hk_spares_pending(void) { return atomic_load_explicit(&spares_total, memory
  * path, or was when the process forked) is skipped until next time. */
 static hk_page *detach_all_heaps(uint64_t older_than, uint32_t keep) {
   hk_page *out = NULL;
-  pthread_mutex_lock(&hk_heap_lock);
+  hk_lock(&hk_heap_lock);
   for (hk_heap *h = all_heaps; h != NULL; h = h->all_next) {
     if (pthread_mutex_trylock(&h->spare_lock) != 0) continue;
     hk_page *p = detach_spares(h, older_than, keep);
@@ -238,7 +238,7 @@ static hk_page *detach_all_heaps(uint64_t older_than, uint32_t keep) {
       p = next;
     }
   }
-  pthread_mutex_unlock(&hk_heap_lock);
+  hk_unlock(&hk_heap_lock);
   return out;
 }
 
@@ -317,9 +317,9 @@ static hk_heap *heap_carve(void) {
 static hk_heap *heap_new(void) {
   hk_heap *h;
   for (bool retried = false;; retried = true) {
-    pthread_mutex_lock(&hk_heap_lock);
+    hk_lock(&hk_heap_lock);
     h = heap_carve();
-    pthread_mutex_unlock(&hk_heap_lock);
+    hk_unlock(&hk_heap_lock);
     if (h != NULL || retried) break;
     /* out of memory: the caches (and the arena's reservation) first, as
      * for any mapping; outside hk_heap_lock, which the release takes */
@@ -457,13 +457,13 @@ static void abandon_page(hk_page *page) {
     }
     note_empty(page, hk_os_now_ms());
   }
-  pthread_mutex_lock(abandoned_lock(page->cls));
+  hk_lock(abandoned_lock(page->cls));
   queue_push_back(&abandoned[page->cls], page);
   atomic_fetch_add_explicit(&abandoned_count[page->cls], 1, memory_order_relaxed);
   /* A remote free may have landed between the collect and now. */
   if (atomic_load_explicit(&page->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)
     atomic_store_explicit(&hk_abandoned_hint, 1, memory_order_release);
-  pthread_mutex_unlock(abandoned_lock(page->cls));
+  hk_unlock(abandoned_lock(page->cls));
 }
 
 static void heap_abandon(hk_heap *h) {
@@ -495,10 +495,10 @@ static void heap_abandon(hk_heap *h) {
   memset(h->held, 0, sizeof h->held);
   hk_stats_merge_heap(h);
   hk_stat_add(threads_exited, 1);
-  pthread_mutex_lock(&hk_heap_lock);
+  hk_lock(&hk_heap_lock);
   h->pool_next = heap_pool;
   heap_pool = h;
-  pthread_mutex_unlock(&hk_heap_lock);
+  hk_unlock(&hk_heap_lock);
 }
 
 static void thread_done(void *arg) {
@@ -567,7 +567,7 @@ void hk_abandoned_sweep(bool trim, bool force) {
     /* (a page pushed after this test with remote frees on it sets the
      * hint again, for the next sweep) */
     if (atomic_load_explicit(&abandoned_count[c], memory_order_relaxed) == 0) continue;
-    pthread_mutex_lock(abandoned_lock(c));
+    hk_lock(abandoned_lock(c));
     hk_page *next;
     for (hk_page *p = abandoned[c].first; p != NULL; p = next) {
       next = p->next;
@@ -598,7 +598,7 @@ void hk_abandoned_sweep(bool trim, bool force) {
         trim_kept(p);
       }
     }
-    pthread_mutex_unlock(abandoned_lock(c));
+    hk_unlock(abandoned_lock(c));
   }
   while (surplus != NULL) {
     hk_page *next = surplus->next;
@@ -612,13 +612,13 @@ uint32_t hk_abandoned_empty(void) { return atomic_load_explicit(&abandoned_empty
 
 static hk_page *adopt(hk_heap *h, unsigned cls) {
   if (atomic_load_explicit(&abandoned_count[cls], memory_order_relaxed) == 0) return NULL;
-  pthread_mutex_lock(abandoned_lock(cls));
+  hk_lock(abandoned_lock(cls));
   hk_page *p = abandoned[cls].first;
   if (p != NULL) {
     queue_remove(&abandoned[cls], p);
     atomic_fetch_sub_explicit(&abandoned_count[cls], 1, memory_order_relaxed);
   }
-  pthread_mutex_unlock(abandoned_lock(cls));
+  hk_unlock(abandoned_lock(cls));
   if (p == NULL) return NULL;
   if (p->idle_ms != 0) {
     p->idle_ms = 0;
@@ -1073,11 +1073,11 @@ static pthread_mutex_t late_lock = PTHREAD_MUTEX_INITIALIZER;
 static hk_heap *late_heap; /* late_lock */
 
 static void *alloc_late(size_t size, unsigned cls) {
-  pthread_mutex_lock(&late_lock);
+  hk_lock(&late_lock);
   if (late_heap == NULL && (late_heap = heap_new()) != NULL)
     atomic_store_explicit(&late_heap->tid, 0, memory_order_relaxed); /* no thread of its own: never reaped */
   void *p = late_heap != NULL ? alloc_from_pages(late_heap, size, cls) : NULL;
-  pthread_mutex_unlock(&late_lock);
+  hk_unlock(&late_lock);
   if (p == NULL) errno = ENOMEM;
   return p;
 }
@@ -1227,7 +1227,7 @@ void hk_heap_reap(void) {
   if (now < next || !atomic_compare_exchange_strong(&next_ms, &next, now + half)) return;
   hk_heap *dead = NULL;
   int pid = hk_os_pid();
-  pthread_mutex_lock(&hk_heap_lock);
+  hk_lock(&hk_heap_lock);
   for (hk_heap *h = all_heaps; h != NULL; h = h->all_next) {
     /* live first: its acquire makes the tid of that same ownership visible
      * (heap_new stores tid before live); and the CAS below expects that
@@ -1248,7 +1248,7 @@ void hk_heap_reap(void) {
       dead = h;
     }
   }
-  pthread_mutex_unlock(&hk_heap_lock);
+  hk_unlock(&hk_heap_lock);
   while (dead != NULL) {
     hk_heap *h = dead;
     dead = h->pool_next;
@@ -1259,9 +1259,9 @@ void hk_heap_reap(void) {
 
 /* ---- fork: keep every lock consistent in the child ---- */
 void hk_heap_fork_lock(void) {
-  pthread_mutex_lock(&late_lock);
-  pthread_mutex_lock(&hk_heap_lock);
-  for (unsigned c = 0; c < HK_NCLASSES; c++) pthread_mutex_lock(abandoned_lock(c));
+  hk_lock(&late_lock);
+  hk_lock(&hk_heap_lock);
+  for (unsigned c = 0; c < HK_NCLASSES; c++) hk_lock(abandoned_lock(c));
 }
 /* In the child (hk_heap_lock held): the forking thread has a new kernel
  * id; the parent's other threads are gone, but their heaps are left as
@@ -1278,7 +1278,7 @@ void hk_heap_fork_child(void) {
 }
 
 void hk_heap_fork_unlock(void) {
-  for (unsigned c = 0; c < HK_NCLASSES; c++) pthread_mutex_unlock(abandoned_lock(c));
-  pthread_mutex_unlock(&hk_heap_lock);
-  pthread_mutex_unlock(&late_lock);
+  for (unsigned c = 0; c < HK_NCLASSES; c++) hk_unlock(abandoned_lock(c));
+  hk_unlock(&hk_heap_lock);
+  hk_unlock(&late_lock);
 }

@@ -84,22 +84,27 @@ __attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }
 
 /* Lock order: purger, late heap, heap pool, abandoned pages, large cache,
  * the region lists in order, the arena (after waiting for remote frees that
- * are giving pages back). */
+ * are giving pages back). From then until the parent or child handler, this
+ * thread holds every lock (hk_fork_holder, internal.h). */
+__thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
+
 void hk_fork_prepare(void) {
   hk_reclaim_fork_prepare();
   hk_purger_fork_prepare();
   hk_heap_fork_lock();
-  pthread_mutex_lock(&hk_large_lock);
+  hk_lock(&hk_large_lock);
   hk_region_fork_lock();
+  hk_fork_holder = true;
 }
 
 static void unlock_all(void) {
   hk_region_fork_unlock();
-  pthread_mutex_unlock(&hk_large_lock);
+  hk_unlock(&hk_large_lock);
   hk_heap_fork_unlock();
 }
 
 void hk_fork_parent(void) {
+  hk_fork_holder = false;
   unlock_all();
   hk_purger_fork_parent();
   hk_reclaim_fork_done();
@@ -107,6 +112,7 @@ void hk_fork_parent(void) {
 
 void hk_fork_child(void) {
   /* Only the forking thread exists in the child, and it holds every lock. */
+  hk_fork_holder = false;
   hk_heap_fork_child(); /* (under hk_heap_lock) */
   unlock_all();
   hk_purger_fork_child();

@@ -540,6 +540,25 @@ void *hk_alloc_class(size_t size, unsigned cls);
 extern hk_page hk_page_empty;
 extern __thread hk_heap *hk_tls_heap __attribute__((tls_model("initial-exec")));
 
+/* ---- the allocator's locks and fork() ----
+ * Every lock that hk_fork_prepare takes (init.c) is taken through these.
+ * Between hakmem's prepare handler and its parent or child handler, the
+ * forking thread holds them all, and the program's own fork handlers that
+ * run in that window (those registered before hakmem's: pthread_atfork
+ * runs prepare handlers last-registered first, the others first-registered
+ * first) may allocate and free. No other thread can be inside a part of the
+ * allocator these locks guard then, so the forking thread goes on as if it
+ * took each lock, instead of waiting for itself. (A heap's spare_lock is
+ * not among them: fork does not take it.) */
+extern __thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
+HK_INLINE void hk_lock(pthread_mutex_t *m) {
+  if (HK_LIKELY(!hk_fork_holder)) pthread_mutex_lock(m);
+}
+HK_INLINE void hk_unlock(pthread_mutex_t *m) {
+  if (HK_LIKELY(!hk_fork_holder)) pthread_mutex_unlock(m);
+}
+HK_INLINE bool hk_trylock(pthread_mutex_t *m) { return hk_fork_holder || pthread_mutex_trylock(m) == 0; }
+
 /* ---- options (options.c) ---- */
 typedef struct hk_options {
   long stats;             /* HAKMEM_STATS */

@@ -69,13 +69,13 @@ static hk_region *detached; /* hk_large_lock */
 
 hk_region *hk_large_find_detached(const void *p) {
   hk_region *found = NULL;
-  pthread_mutex_lock(&hk_large_lock);
+  hk_lock(&hk_large_lock);
   for (hk_region *r = detached; r != NULL; r = r->next)
     if ((char *)p >= (char *)r && (char *)p < (char *)r + r->map_size) {
       found = r;
       break;
     }
-  pthread_mutex_unlock(&hk_large_lock);
+  hk_unlock(&hk_large_lock);
   return found;
 }
 
@@ -87,10 +87,10 @@ static size_t round_page(size_t n) { return (n + HK_OS_PAGE - 1) & ~(size_t)(HK_
  * Read apart, a purge between the two reads counted it live (a test saw
  * 8.2 MB of live large blocks where there were none). */
 void hk_large_usage(size_t *mapped, size_t *cached) {
-  pthread_mutex_lock(&hk_large_lock);
+  hk_lock(&hk_large_lock);
   *mapped = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed);
   *cached = cache_bytes;
-  pthread_mutex_unlock(&hk_large_lock);
+  hk_unlock(&hk_large_lock);
 }
 
 /* r is to be unmapped once the lock is dropped: it stops counting as
@@ -130,18 +130,18 @@ static unsigned cache_expire_locked(hk_region **out, bool force) {
 }
 
 bool hk_large_pending(void) {
-  pthread_mutex_lock(&hk_large_lock);
+  hk_lock(&hk_large_lock);
   bool any = cache_n > 0;
-  pthread_mutex_unlock(&hk_large_lock);
+  hk_unlock(&hk_large_lock);
   return any;
 }
 
 bool hk_large_trim(bool force) {
   hk_region *victims[CACHE_MAX];
-  pthread_mutex_lock(&hk_large_lock);
+  hk_lock(&hk_large_lock);
   unsigned n = cache_expire_locked(victims, force);
   cache_enforce_budget_locked(hk_os_now_ms());
-  pthread_mutex_unlock(&hk_large_lock);
+  hk_unlock(&hk_large_lock);
   for (unsigned i = 0; i < n; i++) unmap_large(victims[i]);
   return n > 0;
 }
@@ -178,7 +178,7 @@ static hk_region *map_large(size_t need, size_t align) {
 
 static hk_region *cache_take(size_t need, size_t off) {
   hk_region *r = NULL;
-  pthread_mutex_lock(&hk_large_lock);
+  hk_lock(&hk_large_lock);
   unsigned best = CACHE_MAX;
   for (unsigned i = 0; i < cache_n; i++) {
     size_t m = cache[i]->map_size;
@@ -193,7 +193,7 @@ static hk_region *cache_take(size_t need, size_t off) {
     r = cache[best];
     cache_remove_at(best);
   }
-  pthread_mutex_unlock(&hk_large_lock);
+  hk_unlock(&hk_large_lock);
   if (r != NULL) {
     hk_stat_add(large_cache_hits, 1);
     if (r->cached_resident != 0) r->large_zero = 0; /* a purged one reads as zeros */
@@ -249,12 +249,12 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
     place_guards(r); /* once per mapping: a cached one keeps them */
     if (detach) {
       r->large_detached = 1;
-      pthread_mutex_lock(&hk_large_lock);
+      hk_lock(&hk_large_lock);
       r->prev = NULL;
       r->next = detached;
       if (detached) detached->prev = r;
       detached = r;
-      pthread_mutex_unlock(&hk_large_lock);
+      hk_unlock(&hk_large_lock);
     } else {
       hk_region_register(r);
     }
@@ -271,20 +271,20 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
 void hk_large_free(hk_region *r, void *p) {
   hk_region *victims[CACHE_MAX + 1];
   unsigned nv = 0;
-  pthread_mutex_lock(&hk_large_lock);
+  hk_lock(&hk_large_lock);
   if (r->large_state != HK_LARGE_LIVE) {
-    pthread_mutex_unlock(&hk_large_lock);
+    hk_unlock(&hk_large_lock);
     hk_fatal("double free of a large block", p);
   }
   if ((char *)p != (char *)r + r->user_offset) {
-    pthread_mutex_unlock(&hk_large_lock);
+    hk_unlock(&hk_large_lock);
     hk_fatal("free() of a pointer into the middle of a large block", p);
   }
   hk_stat_add(large_frees, 1);
   if (r->large_detached) {
     if (r->prev) r->prev->next = r->next; else detached = r->next;
     if (r->next) r->next->prev = r->prev;
-    pthread_mutex_unlock(&hk_large_lock);
+    hk_unlock(&hk_large_lock);
     atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, r->map_size, memory_order_relaxed);
     hk_stat_add(large_unmaps, 1);
     hk_os_unmap(r, r->map_size);
@@ -313,7 +313,7 @@ void hk_large_free(hk_region *r, void *p) {
     victim(victims, &nv, r);
   }
   bool cached = r->large_state == HK_LARGE_CACHED && (nv == 0 || victims[nv - 1] != r);
-  pthread_mutex_unlock(&hk_large_lock);
+  hk_unlock(&hk_large_lock);
   for (unsigned i = 0; i < nv; i++) unmap_large(victims[i]);
   if (cached) hk_purger_notify_free(); /* no lock held */
 }

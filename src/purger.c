@@ -55,11 +55,11 @@ static void *purger_main(void *arg) {
       atomic_store(&idle, 0);
       continue;
     }
-    pthread_mutex_lock(&purger_lock);
+    hk_lock(&purger_lock);
     while (!work) pthread_cond_wait(&purger_cond, &purger_lock);
     work = 0;
     atomic_store(&idle, 0);
-    pthread_mutex_unlock(&purger_lock);
+    hk_unlock(&purger_lock);
   }
   return NULL;
 }
@@ -73,6 +73,10 @@ void hk_purger_notify(void) {
   /* cleared here whatever happens below: a free that set it just as another
    * thread started the purger would otherwise leave it set, and send every
    * later slow-path malloc here */
+  if (HK_UNLIKELY(hk_fork_holder)) { /* inside fork(): no thread started, no lock waited for */
+    atomic_store_explicit(&hk_purger_wanted, 1, memory_order_relaxed);
+    return;
+  }
   if (atomic_load_explicit(&hk_purger_wanted, memory_order_relaxed))
     atomic_store_explicit(&hk_purger_wanted, 0, memory_order_relaxed);
   if (!hk_opt.purge_thread) return;
@@ -90,10 +94,10 @@ void hk_purger_notify(void) {
     return;
   }
   if (atomic_load(&idle)) {
-    pthread_mutex_lock(&purger_lock);
+    hk_lock(&purger_lock);
     work = 1;
     pthread_cond_signal(&purger_cond);
-    pthread_mutex_unlock(&purger_lock);
+    hk_unlock(&purger_lock);
   }
 }
 
@@ -123,8 +127,8 @@ void hk_purger_start(void) {
 }
 
 /* fork: the child has no purger thread; it starts one when it needs it. */
-void hk_purger_fork_prepare(void) { pthread_mutex_lock(&purger_lock); }
-void hk_purger_fork_parent(void) { pthread_mutex_unlock(&purger_lock); }
+void hk_purger_fork_prepare(void) { hk_lock(&purger_lock); }
+void hk_purger_fork_parent(void) { hk_unlock(&purger_lock); }
 void hk_purger_fork_child(void) {
   pthread_mutex_init(&purger_lock, NULL);
   pthread_cond_init(&purger_cond, NULL);

@@ -84,7 +84,7 @@ static void arena_give(hk_region *r) {
  * committed again (a mapping of the program's may be there by then):
  * regions mapped there later are found as those beyond the arena are. */
 bool hk_arena_shrink(void) {
-  pthread_mutex_lock(&arena_lock);
+  hk_lock(&arena_lock);
   bool shrunk = false;
   for (size_t w = 0; w < (arena_next + 63) / 64; w++) {
     for (uint64_t m = arena_free[w]; m != 0; m &= m - 1) {
@@ -104,7 +104,7 @@ bool hk_arena_shrink(void) {
     hk_os_unmap(hk_arena_base + arena_next * HK_REGION_SIZE, (old - arena_next) * HK_REGION_SIZE);
     shrunk = true;
   }
-  pthread_mutex_unlock(&arena_lock);
+  hk_unlock(&arena_lock);
   return shrunk;
 }
 
@@ -224,11 +224,11 @@ HK_INLINE pthread_mutex_t *list_lock(const region_list *l) { return &list_locks[
 static void drain_deferred(region_list *l);
 /* Take l's lock; the spans deferred while others held it are freed first. */
 static void list_take(region_list *l) {
-  pthread_mutex_lock(list_lock(l));
+  hk_lock(list_lock(l));
   drain_deferred(l);
 }
 static bool list_try(region_list *l) {
-  if (pthread_mutex_trylock(list_lock(l)) != 0) return false;
+  if (!hk_trylock(list_lock(l))) return false;
   drain_deferred(l);
   return true;
 }
@@ -327,12 +327,12 @@ static void list_if_full(hk_region_info *r) {
  * threads that grew at once waited for each other's commit (big_mixed, 2
  * threads: 6 futex waits on arena_lock in its 52 ms). */
 static hk_region_info *region_new(region_list *l) {
-  pthread_mutex_lock(&arena_lock);
+  hk_lock(&arena_lock);
   hk_region_info *info = info_free;
   if (info != NULL) info_free = info->next;
   else if (info_used < ARENA_REGIONS) info = &info_pool[info_used++];
   hk_region *slot = info != NULL ? arena_take() : NULL; /* (no record left: 64 GiB of small regions) */
-  pthread_mutex_unlock(&arena_lock);
+  hk_unlock(&arena_lock);
   if (info == NULL) return NULL;
   hk_region *r = slot;
   if (r != NULL && !hk_os_commit(r, HK_REGION_SIZE)) r = NULL;
@@ -342,13 +342,13 @@ static hk_region_info *region_new(region_list *l) {
     r = NULL;
   }
   if (r == NULL || (slot != NULL && r != slot)) { /* the slot, and the record if nothing was mapped, go back */
-    pthread_mutex_lock(&arena_lock);
+    hk_lock(&arena_lock);
     if (slot != NULL) arena_give(slot);
     if (r == NULL) {
       info->next = info_free;
       info_free = info;
     }
-    pthread_mutex_unlock(&arena_lock);
+    hk_unlock(&arena_lock);
     if (r == NULL) return NULL;
   }
   if (hk_secure) hk_os_guard((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD); /* catches overflows into the next region */
@@ -378,13 +378,13 @@ static void region_delete(hk_region_info *info) {
   bool arena = in_arena(r);
   if (arena) hk_os_decommit(r, HK_REGION_SIZE);
   else hk_os_unmap(r, HK_REGION_SIZE);
-  pthread_mutex_lock(&arena_lock);
+  hk_lock(&arena_lock);
   info->r = NULL;
   info->list = NULL;
   info->next = info_free;
   info_free = info;
   if (arena) arena_give(r);
-  pthread_mutex_unlock(&arena_lock);
+  hk_unlock(&arena_lock);
   hk_stat_add(regions_unmapped, 1);
   atomic_fetch_sub_explicit(&hk_stats.regions_live, 1, memory_order_relaxed);
 }
@@ -462,7 +462,7 @@ bool hk_region_purge(bool force) {
   for (unsigned k = 0; k < list_count; k++) {
     list_take(&lists[k]);
     released |= purge_locked(&lists[k], hk_os_now_ms(), force);
-    pthread_mutex_unlock(list_lock(&lists[k]));
+    hk_unlock(list_lock(&lists[k]));
   }
   return released;
 }
@@ -680,7 +680,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
       if (!list_try(o)) continue;
       span_pick p = search(o, n, cls, room);
       if (p.committed) page = take_span(o, p, n, dirty, &grew);
-      pthread_mutex_unlock(list_lock(o));
+      hk_unlock(list_lock(o));
     }
   }
   if (page == NULL) {
@@ -691,14 +691,14 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
         pick.r = region_new(l);
       }
       if (pick.r == NULL) {
-        pthread_mutex_unlock(list_lock(l));
+        hk_unlock(list_lock(l));
         return NULL;
       }
       pick.runs = runs_of(pick.r->free_mask, n);
     }
     page = take_span(l, pick, n, dirty, &grew);
   }
-  pthread_mutex_unlock(list_lock(l));
+  hk_unlock(list_lock(l));
   /* The span's page records are the caller's now: set up outside the lock. */
   memset(page, 0, sizeof(hk_page));
   page->nslabs = (uint8_t)n;
@@ -786,7 +786,7 @@ static void free_span(hk_page *page, bool committed) {
   }
   release_locked(l, r, i, n, lent, cls, committed);
   due_purge(l);
-  pthread_mutex_unlock(list_lock(l));
+  hk_unlock(list_lock(l));
 }
 
 /* Slabs `lend` (bit k: the span's slab k, never the head) of a live page
@@ -808,7 +808,7 @@ void hk_region_lend_slabs(hk_page *page, unsigned lend) {
   }
   list_take(l);
   free_slabs(l, r, (hk_slabmask)lend << i, (uint8_t)(page->cls + 1), true);
-  pthread_mutex_unlock(list_lock(l));
+  hk_unlock(list_lock(l));
   hk_purge_poke = true;
 }
 
@@ -825,7 +825,7 @@ bool hk_region_grow_span(hk_page *page, unsigned n) {
   hk_slabmask add = slab_bits(i + old, n - old);
   list_take(l);
   if ((r->free_mask & add) != add) {
-    pthread_mutex_unlock(list_lock(l));
+    hk_unlock(list_lock(l));
     return false;
   }
   r->free_mask &= ~add;
@@ -837,7 +837,7 @@ bool hk_region_grow_span(hk_page *page, unsigned n) {
   l->slabs_used += n - old;
   if (l->slabs_used > l->slabs_peak) l->slabs_peak = l->slabs_used;
   l->epoch_low += n - old;
-  pthread_mutex_unlock(list_lock(l));
+  hk_unlock(list_lock(l));
   link_tail(page, old, n);
   table_set(reg, i + old, n - old, page);
   page->nslabs = (uint8_t)n;
@@ -857,7 +857,7 @@ void hk_region_shrink_span(hk_page *page, unsigned n) {
   list_take(l);
   note_same(l, last - 1u, r, i + n);
   free_slabs(l, r, tail, last, true);
-  pthread_mutex_unlock(list_lock(l));
+  hk_unlock(list_lock(l));
   hk_purge_poke = true;
 }
 
@@ -870,7 +870,7 @@ bool hk_region_pending(void) {
       if (r->dirty_mask) any = true;
       if (r->free_mask == ALL_SLABS && ++empty > hk_opt.region_reserve) any = true;
     }
-    pthread_mutex_unlock(list_lock(&lists[k]));
+    hk_unlock(list_lock(&lists[k]));
   }
   return any;
 }
@@ -884,7 +884,7 @@ void hk_region_usage(size_t *mapped, size_t *in_use, size_t *peak) {
     for (hk_region_info *r = lists[k].first; r != NULL; r = r->next) m += HK_REGION_SIZE;
     u += (size_t)lists[k].slabs_used * HK_SLAB_SIZE;
     p += (size_t)lists[k].slabs_peak * HK_SLAB_SIZE;
-    pthread_mutex_unlock(list_lock(&lists[k]));
+    hk_unlock(list_lock(&lists[k]));
   }
   *mapped = m;
   *in_use = u;
@@ -893,10 +893,10 @@ void hk_region_usage(size_t *mapped, size_t *in_use, size_t *peak) {
 
 /* fork: every list, then the arena (the order everywhere else too). */
 void hk_region_fork_lock(void) {
-  for (unsigned k = 0; k < list_count; k++) pthread_mutex_lock(list_lock(&lists[k]));
-  pthread_mutex_lock(&arena_lock);
+  for (unsigned k = 0; k < list_count; k++) hk_lock(list_lock(&lists[k]));
+  hk_lock(&arena_lock);
 }
 void hk_region_fork_unlock(void) {
-  pthread_mutex_unlock(&arena_lock);
-  for (unsigned k = list_count; k-- > 0;) pthread_mutex_unlock(list_lock(&lists[k]));
+  hk_unlock(&arena_lock);
+  for (unsigned k = list_count; k-- > 0;) hk_unlock(list_lock(&lists[k]));
 }

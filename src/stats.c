@@ -17,13 +17,13 @@ void hk_stat_peak(_Atomic uint64_t *peak, uint64_t v) {
 }
 
 void hk_stats_merge_heap(hk_heap *h) {
-  pthread_mutex_lock(&hk_heap_lock);
+  hk_lock(&hk_heap_lock);
   exited.pages_acquired += h->stats.pages_acquired;
   exited.pages_released += h->stats.pages_released;
   exited.remote_frees += h->stats.remote_frees;
   exited.pages_adopted += h->stats.pages_adopted;
   exited.cache_reused += h->stats.cache_reused;
-  pthread_mutex_unlock(&hk_heap_lock);
+  hk_unlock(&hk_heap_lock);
 }
 
 static void line(const char *name, uint64_t v, const char *unit) {
