@@ -41,7 +41,8 @@ static size_t cache_resident;
  * over the current and the previous window of the purge delay: the
  * "recently live" that bounds what a reused mapping may hold beyond its
  * block (a mapping is reused for a smaller block whole, so its pages need
- * not be faulted in again when a larger one follows). */
+ * not be faulted in again when a larger one follows) and how many bytes
+ * the cache may hold. */
 static _Atomic size_t live_asked;
 static size_t peak_cur, peak_prev; /* hk_large_lock */
 static uint64_t peak_at;
@@ -362,7 +363,13 @@ void hk_large_free(hk_region *r, void *p) {
   }
   r->large_state = HK_LARGE_CACHED;
   nv = cache_expire_locked(victims, false);
+  /* the cache's bytes: the option's, or twice as many as were recently live (a
+   * pipeline's blocks in flight, freed in a burst), unless it is off */
   size_t limit = (size_t)hk_opt.large_cache_mb << 20;
+  if (limit != 0) {
+    size_t recent = recent_live_locked(hk_os_now_ms(), 0);
+    if (2 * recent > limit) limit = 2 * recent;
+  }
   if (cache_n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
     /* make room by evicting the oldest entries */
     while (cache_bytes + r->map_size > limit && cache_n > 0) {
