@@ -280,12 +280,14 @@ typedef struct hk_region {
                                     4 MiB unit; found through a list, not the bitmap */
       uint64_t cached_at_ms;
       size_t cached_resident;    /* in the cache: data bytes still committed (0 once purged) */
+      size_t block_end;          /* live: the block's usable bytes end at base + block_end; a
+                                    mapping reused whole keeps its tail beyond for a larger block */
     };
   };
 } hk_region;
 
 _Static_assert(sizeof(hk_page) <= HK_LARGE_HEADER, "a large block's header (slot 0) must fit in its 4 KiB");
-_Static_assert(offsetof(hk_region, cached_resident) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
+_Static_assert(offsetof(hk_region, block_end) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
 _Static_assert(sizeof(hk_region) == 8192 && 8 * sizeof(hk_region) <= HK_SLAB_SIZE, "a moved header stays in slab 0 (hk_region_of)");
 
 /* ---- the arena and its page table (region.c) ----

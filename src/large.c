@@ -3,9 +3,12 @@
  * free() finds it by the same mask-and-bitmap lookup as small blocks.
  *
  * Freed mappings are kept in a small cache (the "whale cache") for
- * hk_opt.purge_delay_ms, so a program that allocates and frees a large
- * buffer in a loop makes no system call. realloc grows with mremap: the
- * pages move, they are not copied. */
+ * hk_opt.purge_delay_ms, so a program that allocates and frees large
+ * buffers in a loop makes no system call and takes no page fault: a
+ * request takes the smallest cached mapping that holds it, whatever its
+ * size, or grows the largest one with mremap (its pages move, only the
+ * growth is new). realloc grows with mremap too: the pages move, they are
+ * not copied. */
 #include "internal.h"
 
 #include <errno.h>
@@ -23,21 +26,40 @@ static size_t cache_bytes;
  * many bytes, or as many as the large blocks still live if that is more:
  * beyond that, entries cached for CACHE_HOT_MS give their data pages back
  * (they stay mapped, so reusing them costs page faults, not mmap/munmap),
- * oldest first, at the next free or purger pass. A loop of one large
- * malloc/free pair makes no system call; a program freeing many large blocks
- * does not hold them resident for long; one that keeps N MiB of large blocks
- * live and replaces them keeps up to N MiB of freed ones resident, for the
- * purge delay at most (with the fixed 8 MiB, 4 live blocks of 1-4 MiB
- * replaced at random cost a madvise and 2.5 page faults per malloc: 0.41
- * Mops/s, mimalloc 2.0). The grace of CACHE_HOT_MS is for a thread that
- * frees the large blocks another allocates (a pipeline): few are live at
- * any moment, and purging each entry beyond 8 MiB at once, under the lock,
- * cost a madvise per free and made the two threads queue on the lock:
- * 1-4 MiB blocks passed through a ring, 75k blocks/s (mimalloc 1.84M,
- * jemalloc 1.46M, tcmalloc 0.82M). */
+ * oldest first, at the next free or purger pass. A program freeing many
+ * large blocks does not hold them resident for long; one that keeps N MiB
+ * of large blocks live and replaces them keeps up to N MiB of freed ones
+ * resident, for the purge delay at most. The grace of CACHE_HOT_MS is for
+ * a thread that frees the large blocks another allocates (a pipeline): few
+ * are live at any moment, and purging at once, under the lock, would cost
+ * a madvise per free and make the two threads queue on the lock. */
 #define CACHE_RESIDENT_MAX ((size_t)8 << 20)
 #define CACHE_HOT_MS 10
 static size_t cache_resident;
+
+/* Bytes the program asked for in its live large blocks, and their peak
+ * over the current and the previous window of the purge delay: the
+ * "recently live" that bounds what a reused mapping may hold beyond its
+ * block (a mapping is reused for a smaller block whole, so its pages need
+ * not be faulted in again when a larger one follows) and how many bytes
+ * the cache may hold. */
+static _Atomic size_t live_asked;
+static size_t peak_cur, peak_prev; /* hk_large_lock */
+static uint64_t peak_at;
+
+/* The peak of live_asked (plus `adding`, a block being allocated) over
+ * the last one to two purge delays. Under hk_large_lock. */
+static size_t recent_live_locked(uint64_t now, size_t adding) {
+  size_t live = atomic_load_explicit(&live_asked, memory_order_relaxed) + adding;
+  uint64_t w = (uint64_t)hk_opt.purge_delay_ms;
+  if (now >= peak_at + w) {
+    peak_prev = now >= peak_at + 2 * w ? 0 : peak_cur;
+    peak_cur = 0;
+    peak_at = now;
+  }
+  if (live > peak_cur) peak_cur = live;
+  return peak_cur > peak_prev ? peak_cur : peak_prev;
+}
 
 static size_t data_page(const hk_region *r);
 
@@ -176,27 +198,73 @@ static hk_region *map_large(size_t need, size_t align) {
   return r;
 }
 
-static hk_region *cache_take(size_t need, size_t off) {
+/* A reused mapping gives back its tail beyond the block only when that is
+ * at least this long and the large tier holds more than twice the bytes
+ * recently live (or CACHE_RESIDENT_MAX): a mapping kept whole serves a
+ * larger block later without page faults. */
+#define TRIM_MIN ((size_t)1 << 20)
+
+/* A cached mapping for `need` bytes (a block of `size`), or NULL: the
+ * smallest that holds it, a resident one before a purged one (faults);
+ * else the largest resident one, grown with mremap (its pages move with
+ * it; only the growth is new). Hardened mode: only one with the same data
+ * offset, so the guard pages stay in place, and never grown or trimmed. */
+static hk_region *cache_take(size_t need, size_t off, size_t size) {
   hk_region *r = NULL;
+  bool grow = false, trim = false;
   hk_lock(&hk_large_lock);
-  unsigned best = CACHE_MAX;
+  size_t recent = recent_live_locked(hk_os_now_ms(), size);
+  unsigned best = CACHE_MAX, largest = CACHE_MAX;
   for (unsigned i = 0; i < cache_n; i++) {
     size_t m = cache[i]->map_size;
-    /* hardened mode: the same data offset, so the guard pages stay in place */
-    /* the smallest that fits, a resident one before a purged one (faults) */
-    if (m >= need && m <= 2 * need && (!hk_secure || cache[i]->user_offset == off) &&
-        (best == CACHE_MAX || (cache[i]->cached_resident != 0) > (cache[best]->cached_resident != 0) ||
-         ((cache[i]->cached_resident != 0) == (cache[best]->cached_resident != 0) && m < cache[best]->map_size)))
-      best = i;
+    bool res = cache[i]->cached_resident != 0;
+    if (hk_secure && cache[i]->user_offset != off) continue;
+    if (m >= need) {
+      bool bres = best != CACHE_MAX && cache[best]->cached_resident != 0;
+      if (best == CACHE_MAX || res > bres || (res == bres && m < cache[best]->map_size)) best = i;
+    } else if (res && !hk_secure && (largest == CACHE_MAX || m > cache[largest]->map_size)) {
+      largest = i;
+    }
+  }
+  if (best == CACHE_MAX && largest != CACHE_MAX) {
+    best = largest;
+    grow = true;
   }
   if (best != CACHE_MAX) {
     r = cache[best];
     cache_remove_at(best);
+    if (!grow && !hk_secure && r->map_size - need >= TRIM_MIN) {
+      size_t held = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed) - cache_bytes +
+                    cache_resident; /* live mappings, this one included, and resident cached ones */
+      size_t budget = 2 * recent > CACHE_RESIDENT_MAX ? 2 * recent : CACHE_RESIDENT_MAX;
+      trim = held > budget;
+    }
   }
   hk_unlock(&hk_large_lock);
-  if (r != NULL) {
-    hk_stat_add(large_cache_hits, 1);
-    if (r->cached_resident != 0) r->large_zero = 0; /* a purged one reads as zeros */
+  if (r == NULL) return NULL;
+  hk_stat_add(large_cache_hits, 1);
+  if (r->cached_resident != 0) r->large_zero = 0; /* a purged one reads as zeros */
+  size_t old = r->map_size;
+  if (grow) {
+    /* out of the bitmap while it moves (see hk_large_realloc) */
+    hk_region_unregister(r);
+    hk_region *n = hk_os_remap(r, old, need, HK_REGION_SIZE);
+    if (n == NULL) { /* still where it was: give it back, map afresh */
+      atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, old, memory_order_relaxed);
+      hk_stat_add(large_unmaps, 1);
+      hk_os_unmap(r, old);
+      return NULL;
+    }
+    hk_region_register(n);
+    hk_stat_add(large_remaps, 1);
+    n->map_size = need;
+    hk_stat_peak(&hk_stats.large_peak_bytes,
+                 atomic_fetch_add_explicit(&hk_stats.large_mapped_bytes, need - old, memory_order_relaxed) + need - old);
+    return n;
+  }
+  if (trim && hk_os_shrink(r, old, need)) {
+    atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, old - need, memory_order_relaxed);
+    r->map_size = need;
   }
   return r;
 }
@@ -235,7 +303,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   size_t span = colored ? HK_OS_PAGE - 64 : off; /* the largest coloured offset */
   size_t need = round_page(span + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
   bool detach = align >= HK_REGION_SIZE;
-  hk_region *r = detach ? NULL : cache_take(need, off);
+  hk_region *r = detach ? NULL : cache_take(need, off, size);
   /* a reused mapping keeps its colour: a program that reuses the block
    * writes the same lines, which may still be cached (fixed_2m) */
   if (r != NULL && colored && r->user_offset >= LARGE_META && r->user_offset <= span) off = r->user_offset;
@@ -261,7 +329,9 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   }
   r->user_offset = off;
   r->user_size = size;
+  r->block_end = need - guard_tail();
   r->large_state = HK_LARGE_LIVE;
+  atomic_fetch_add_explicit(&live_asked, size, memory_order_relaxed);
   hk_stat_add(large_allocs, 1);
   char *p = (char *)r + off;
   if (zero && !r->large_zero) memset(p, 0, size);
@@ -281,6 +351,7 @@ void hk_large_free(hk_region *r, void *p) {
     hk_fatal("free() of a pointer into the middle of a large block", p);
   }
   hk_stat_add(large_frees, 1);
+  atomic_fetch_sub_explicit(&live_asked, r->user_size, memory_order_relaxed);
   if (r->large_detached) {
     if (r->prev) r->prev->next = r->next; else detached = r->next;
     if (r->next) r->next->prev = r->prev;
@@ -292,7 +363,13 @@ void hk_large_free(hk_region *r, void *p) {
   }
   r->large_state = HK_LARGE_CACHED;
   nv = cache_expire_locked(victims, false);
+  /* the cache's bytes: the option's, or twice as many as were recently live (a
+   * pipeline's blocks in flight, freed in a burst), unless it is off */
   size_t limit = (size_t)hk_opt.large_cache_mb << 20;
+  if (limit != 0) {
+    size_t recent = recent_live_locked(hk_os_now_ms(), 0);
+    if (2 * recent > limit) limit = 2 * recent;
+  }
   if (cache_n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
     /* make room by evicting the oldest entries */
     while (cache_bytes + r->map_size > limit && cache_n > 0) {
@@ -318,7 +395,12 @@ void hk_large_free(hk_region *r, void *p) {
   if (cached) hk_purger_notify_free(); /* no lock held */
 }
 
-size_t hk_large_usable(hk_region *r) { return r->map_size - guard_tail() - r->user_offset; }
+size_t hk_large_usable(hk_region *r) { return r->block_end - r->user_offset; }
+
+static void resize_asked(hk_region *r, size_t size) {
+  atomic_fetch_add_explicit(&live_asked, size - r->user_size, memory_order_relaxed); /* modulo 2^64 */
+  r->user_size = size;
+}
 
 /* Resize in place or move with mremap. NULL: the caller copies. */
 void *hk_large_realloc(hk_region *r, void *p, size_t size) {
@@ -326,7 +408,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   size_t need = round_page(r->user_offset + size);
   if (hk_secure) { /* guards stay where they are: in place if it fits, else copy */
     if (need + HK_GUARD > r->map_size) return NULL;
-    r->user_size = size;
+    resize_asked(r, size);
     return p;
   }
   if (need <= r->map_size) {
@@ -335,7 +417,8 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
       atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, r->map_size - need, memory_order_relaxed);
       r->map_size = need;
     }
-    r->user_size = size;
+    r->block_end = need;
+    resize_asked(r, size);
     return p;
   }
   if (r->large_detached) return NULL; /* moving would break its alignment: copy */
@@ -352,7 +435,8 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   if (n == NULL) return NULL;
   hk_stat_add(large_remaps, 1);
   n->map_size = need;
-  n->user_size = size;
+  n->block_end = need;
+  resize_asked(n, size);
   hk_stat_peak(&hk_stats.large_peak_bytes,
                atomic_fetch_add_explicit(&hk_stats.large_mapped_bytes, need - old, memory_order_relaxed) + need - old);
   return (char *)n + n->user_offset;
