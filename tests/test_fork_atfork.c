@@ -188,11 +188,13 @@ static int run_isolated(int kinds, int reg, int tier, int workers, const char *l
   pid_t pid = fork();
   CHECK(pid >= 0, "fork failed");
   if (pid == 0) {
+    setpgid(0, 0);             /* its children too are killed below */
     alarm(SCENARIO_TIMEOUT_S); /* a deadlock ends in SIGALRM */
     _exit(kinds < 0 ? spawners() : scenario(kinds, reg, tier, workers));
   }
   int st;
   CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+  kill(-pid, SIGKILL); /* a hung fork child of a failed scenario */
   if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
   fprintf(stderr, "test_fork_atfork: FAILED %s: %s\n", label,
           WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? "hung (deadlock)" : "child failed");
