@@ -1099,7 +1099,9 @@ void *hk_malloc_slow(size_t size, hk_heap *h) {
     }
   }
   unsigned cls = need <= HK_MEDIUM_MAX && need >= size ? hk_size_class(need) : HK_NSIZES;
-  if (cls >= HK_NSIZES) return hk_large_alloc(size, 16, false);
+  if (cls >= HK_NSIZES || (HK_UNLIKELY(atomic_load_explicit(&hk_space_tight, memory_order_relaxed)) &&
+                           need >= HK_TIGHT_LARGE_MIN))
+    return hk_large_alloc(size, 16, false);
   return alloc_from_pages(h, size, cls);
 }
 

@@ -305,8 +305,8 @@ _Static_assert(sizeof(hk_region) == 8192 && 8 * sizeof(hk_region) <= HK_SLAB_SIZ
  * not live or finds the pointer outside that page's carved blocks.
  * Regions that do not fit in the arena are mapped anywhere; free() takes
  * the slow path for them (hk_region_map, below). Until the arena is
- * reserved (and if it never is), hk_arena_base is the end of a zero table
- * in .bss (region.c), so the same lookup finds "not a page". */
+ * reserved (and if it never is), hk_arena_base is 2^63 (region.c), so the
+ * same lookup finds every user address outside the arena. */
 #define HK_ARENA_SLABS ((uintptr_t)1 << 20)
 #define HK_PAGE_TABLE_BYTES (HK_ARENA_SLABS * sizeof(uintptr_t))
 extern char *hk_arena_base;
@@ -321,14 +321,22 @@ HK_INLINE hk_page *hk_arena_page(uintptr_t slab) {
   return (hk_page *)(hk_arena_base + atomic_load_explicit(&hk_page_table()[slab], memory_order_relaxed));
 }
 
-/* ---- ownership bitmap: one bit per 4 MiB of address space ---- */
-extern _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
+/* ---- ownership map: one bit per 4 MiB of address space ----
+ * In leaves of 2^HK_MAP_LEAF_SHIFT bits (32 KiB, 1 TiB of address space
+ * each), made when a mapping first lands in their range (region.c): a flat
+ * bitmap of the 256 TiB would be 8 MiB of .bss, which counts against
+ * RLIMIT_AS and RLIMIT_DATA whether touched or not. */
+#define HK_MAP_LEAF_SHIFT 18
+#define HK_MAP_LEAVES ((size_t)1 << (HK_MAP_BITS - HK_MAP_LEAF_SHIFT))
+extern _Atomic(_Atomic uint64_t *) hk_region_map[HK_MAP_LEAVES];
 
 HK_INLINE bool hk_region_is_ours(uintptr_t p) {
-  uintptr_t word = p >> (HK_REGION_SHIFT + 6);
-  if (HK_UNLIKELY(word >= ((uintptr_t)1 << (HK_MAP_BITS - 6)))) return false;
-  uint64_t w = atomic_load_explicit(&hk_region_map[word], memory_order_relaxed);
-  return (w >> ((p >> HK_REGION_SHIFT) & 63)) & 1;
+  uintptr_t idx = p >> HK_REGION_SHIFT;
+  if (HK_UNLIKELY(idx >> HK_MAP_BITS)) return false;
+  _Atomic uint64_t *leaf = atomic_load_explicit(&hk_region_map[idx >> HK_MAP_LEAF_SHIFT], memory_order_acquire);
+  if (leaf == NULL) return false;
+  uint64_t w = atomic_load_explicit(&leaf[(idx & (((uintptr_t)1 << HK_MAP_LEAF_SHIFT) - 1)) >> 6], memory_order_relaxed);
+  return (w >> (idx & 63)) & 1;
 }
 
 /* The 4 MiB unit p lies in: a region's (or large mapping's) first byte. */
@@ -589,6 +597,7 @@ void hk_os_purge(void *p, size_t size);               /* MADV_DONTNEED */
 void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align); /* NULL on failure */
 bool hk_os_shrink(void *p, size_t old_size, size_t new_size);
 bool hk_os_space_limited(size_t need); /* an RLIMIT_AS that a mapping of need bytes fits under */
+bool hk_os_space_tight(void);            /* an RLIMIT_AS or RLIMIT_DATA holds */
 int hk_os_tid(void);                     /* the calling thread's kernel id */
 int hk_os_pid(void);
 unsigned hk_os_cpu_count(void);          /* CPUs this process may run on (1 if unknown) */
@@ -652,6 +661,14 @@ void hk_region_lend_slabs(hk_page *page, unsigned lend); /* bit k: the span's sl
 bool hk_region_grow_span(hk_page *page, unsigned nslabs);   /* take the free slabs after it, if free */
 void hk_region_shrink_span(hk_page *page, unsigned nslabs); /* give back its tail slabs */
 bool hk_arena_shrink(void);                                  /* unmap the arena's never-used slots */
+/* A limit on address space or data holds (region.c: asked again whenever a
+ * region is mapped). Every byte mapped counts against such a limit, used or
+ * not, so while one holds, blocks from HK_TIGHT_LARGE_MIN up are mapped to
+ * their size in the large tier instead of taking a class's rounding, a
+ * span's slack and a region's room. */
+extern _Atomic bool hk_space_tight;
+#define HK_TIGHT_LARGE_MIN ((size_t)64 << 10)
+bool hk_region_map_prepare(const void *base);   /* the map can take base (false: out of memory) */
 void hk_region_register(void *base);
 void hk_region_unregister(void *base);
 bool hk_region_purge(bool force);                 /* true if memory was released */

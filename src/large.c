@@ -188,6 +188,10 @@ static hk_region *map_large(size_t need, size_t align) {
     hk_release_for_retry(need);
     r = hk_os_map_aligned(need, align);
   }
+  if (r != NULL && !hk_region_map_prepare(r)) {
+    hk_os_unmap(r, need);
+    r = NULL;
+  }
   if (r == NULL) return NULL;
   r->magic = HK_MAGIC_REGION;
   r->kind = HK_KIND_LARGE;
@@ -201,7 +205,8 @@ static hk_region *map_large(size_t need, size_t align) {
 /* A reused mapping gives back its tail beyond the block only when that is
  * at least this long and the large tier holds more than twice the bytes
  * recently live (or CACHE_RESIDENT_MAX): a mapping kept whole serves a
- * larger block later without page faults. */
+ * larger block later without page faults. Under a limit on mapped bytes
+ * (hk_space_tight) any tail of a page or more goes. */
 #define TRIM_MIN ((size_t)1 << 20)
 
 /* A cached mapping for `need` bytes (a block of `size`), or NULL: the
@@ -233,11 +238,12 @@ static hk_region *cache_take(size_t need, size_t off, size_t size) {
   if (best != CACHE_MAX) {
     r = cache[best];
     cache_remove_at(best);
-    if (!grow && !hk_secure && r->map_size - need >= TRIM_MIN) {
+    bool tight = atomic_load_explicit(&hk_space_tight, memory_order_relaxed);
+    if (!grow && !hk_secure && r->map_size - need >= (tight ? HK_OS_PAGE : TRIM_MIN)) {
       size_t held = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed) - cache_bytes +
                     cache_resident; /* live mappings, this one included, and resident cached ones */
       size_t budget = 2 * recent > CACHE_RESIDENT_MAX ? 2 * recent : CACHE_RESIDENT_MAX;
-      trim = held > budget;
+      trim = held > budget || tight;
     }
   }
   hk_unlock(&hk_large_lock);
@@ -297,9 +303,12 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
     errno = ENOMEM;
     return NULL;
   }
-  size_t off = data_offset(align);
+  /* under a limit on mapped bytes (hk_space_tight) the data follows the
+   * header without a colour, which could cost a page more */
+  bool tight = atomic_load_explicit(&hk_space_tight, memory_order_relaxed);
+  size_t off = tight && align <= 64 && !hk_secure ? LARGE_META : data_offset(align);
   /* the mapping's size does not depend on the colour: a cached one fits any */
-  bool colored = align <= 64 && !hk_secure;
+  bool colored = align <= 64 && !hk_secure && !tight;
   size_t span = colored ? HK_OS_PAGE - 64 : off; /* the largest coloured offset */
   size_t need = round_page(span + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
   bool detach = align >= HK_REGION_SIZE;

@@ -30,11 +30,29 @@ static void *map_raw(void *hint, size_t size, int prot) {
 /* Map `size` bytes aligned to `align` (a power of two >= the OS page):
  * over-map by `align` and trim both ends (three system calls, once per
  * region or large block). */
+/* Near a limit on mapped bytes the over-mapping can fail where `size`
+ * alone fits: then map `size` where the kernel puts it, and if that is not
+ * aligned, ask for the aligned address just below or above it. */
+static void *map_aligned_exact(size_t size, size_t align, int prot) {
+  char *q = map_raw(NULL, size, prot);
+  if (q == NULL || ((uintptr_t)q & (align - 1)) == 0) return q;
+  munmap(q, size);
+  uintptr_t down = (uintptr_t)q & ~(uintptr_t)(align - 1);
+  uintptr_t hints[2] = {down, down + align};
+  for (int i = 0; i < 2; i++) {
+    if (hints[i] == 0) continue;
+    char *h = map_raw((void *)hints[i], size, prot);
+    if (h == (char *)hints[i]) return h;
+    if (h != NULL) munmap(h, size);
+  }
+  return NULL;
+}
+
 static void *map_aligned(size_t size, size_t align, int prot) {
   if (size > SIZE_MAX - align) return NULL;
   size_t over = size + align;
   char *q = map_raw(NULL, over, prot);
-  if (q == NULL) return NULL;
+  if (q == NULL) return errno == ENOMEM ? map_aligned_exact(size, align, prot) : NULL;
   uintptr_t aligned = ((uintptr_t)q + align - 1) & ~(uintptr_t)(align - 1);
   size_t lead = aligned - (uintptr_t)q, trail = over - lead - size;
   if (lead) munmap(q, lead);
@@ -101,6 +119,14 @@ bool hk_os_space_limited(size_t need) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return false;
   return need < (size_t)rl.rlim_cur;
+}
+
+/* Does a limit on address space (RLIMIT_AS) or on data (RLIMIT_DATA, which
+ * counts private writable mappings) hold now? */
+bool hk_os_space_tight(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) return true;
+  return getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
 }
 
 /* The calling thread's kernel id. */

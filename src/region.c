@@ -16,7 +16,13 @@
 /* The arena's slots and the region records (below); taken inside a
  * region list's lock, never the other way round. */
 static pthread_mutex_t arena_lock = PTHREAD_MUTEX_INITIALIZER;
-_Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
+_Atomic(_Atomic uint64_t *) hk_region_map[HK_MAP_LEAVES];
+/* Leaves for the first few TiB-ranges mappings land in (arena_lock): a
+ * process's mappings lie in one or two. */
+#define MAP_LEAF_WORDS (((size_t)1 << HK_MAP_LEAF_SHIFT) / 64)
+#define MAP_STATIC_LEAVES 4
+static _Atomic uint64_t map_leaf_pool[MAP_STATIC_LEAVES][MAP_LEAF_WORDS];
+static unsigned map_leaves_used;
 
 /* ---- the arena (see internal.h) ----
  * Reserved once, at initialisation: HAKMEM_ARENA_MB (64 GiB) of address
@@ -25,14 +31,17 @@ _Atomic uint64_t hk_region_map[(1ull << HK_MAP_BITS) / 64];
  * needs it and decommitted when the region is given back (one mmap each,
  * as mapping and unmapping a region cost before). Slot 0 stays unused. */
 /* Until the arena is reserved, and for good if it never is, the base is
- * the end of a zero table of its own in .bss (untouched: no memory), which
- * is followed by a zero page record: every lookup finds "not a page", even
- * that of a garbage pointer freed before the first malloc. */
-static _Atomic uintptr_t boot_table[HK_ARENA_SLABS + sizeof(hk_page) / sizeof(uintptr_t)];
-char *hk_arena_base = (char *)&boot_table[HK_ARENA_SLABS];
+ * the first address of the upper half of the address space: from there no
+ * user address p is less than 64 GiB ahead (p - base wraps to at least
+ * 2^63), so every lookup (hk_arena_slab) finds p outside the arena and
+ * takes the slow path, which reads no table. (A zero table in .bss would
+ * do the same at the price of 8 MiB of address space, which counts against
+ * RLIMIT_AS and RLIMIT_DATA.) */
+char *hk_arena_base = (char *)((uintptr_t)1 << 63);
 #define ARENA_REGIONS (HK_ARENA_SLABS / HK_SLABS)
 _Atomic size_t hk_arena_slots;                 /* slots reserved, slot 0 included (read by hk_region_of) */
 static size_t arena_next = 1;                  /* slots below this were used once */
+_Atomic bool hk_space_tight;
 _Atomic bool hk_arena_shrunk;                   /* some slots are holes (hk_region_of) */
 _Atomic uint64_t hk_arena_holes[HK_ARENA_REGIONS / 64];
 static uint64_t arena_free[ARENA_REGIONS / 64]; /* bit i: slot i (< arena_next) is decommitted */
@@ -276,15 +285,39 @@ static void mark_dirty(hk_region_info *r, hk_slabmask run) {
   r->dirty_mask |= run;
 }
 
-void hk_region_register(void *base) {
+bool hk_region_map_prepare(const void *base) {
   uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
-  if (idx >> HK_MAP_BITS) hk_fatal("mapping above the supported address space", base);
-  atomic_fetch_or_explicit(&hk_region_map[idx >> 6], (uint64_t)1 << (idx & 63), memory_order_release);
+  if (idx >> HK_MAP_BITS) return false; /* above the supported address space */
+  _Atomic(_Atomic uint64_t *) *slot = &hk_region_map[idx >> HK_MAP_LEAF_SHIFT];
+  if (atomic_load_explicit(slot, memory_order_acquire) != NULL) return true;
+  hk_lock(&arena_lock);
+  if (atomic_load_explicit(slot, memory_order_relaxed) == NULL) {
+    _Atomic uint64_t *leaf = map_leaves_used < MAP_STATIC_LEAVES
+                                 ? map_leaf_pool[map_leaves_used++]
+                                 : hk_os_map_aligned(MAP_LEAF_WORDS * sizeof(uint64_t), HK_OS_PAGE);
+    atomic_store_explicit(slot, leaf, memory_order_release);
+  }
+  hk_unlock(&arena_lock);
+  return atomic_load_explicit(slot, memory_order_acquire) != NULL;
+}
+
+static _Atomic uint64_t *map_word(void *base) {
+  uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
+  _Atomic uint64_t *leaf = atomic_load_explicit(&hk_region_map[idx >> HK_MAP_LEAF_SHIFT], memory_order_acquire);
+  return leaf + ((idx & (((uintptr_t)1 << HK_MAP_LEAF_SHIFT) - 1)) >> 6);
+}
+
+/* (base: a mapping made after hk_region_map_prepare, or moved by mremap,
+ * whose new place may need a leaf too) */
+void hk_region_register(void *base) {
+  if (!hk_region_map_prepare(base)) hk_fatal("out of memory for its map of mappings", base);
+  uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
+  atomic_fetch_or_explicit(map_word(base), (uint64_t)1 << (idx & 63), memory_order_release);
 }
 
 void hk_region_unregister(void *base) {
   uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
-  atomic_fetch_and_explicit(&hk_region_map[idx >> 6], ~((uint64_t)1 << (idx & 63)), memory_order_release);
+  atomic_fetch_and_explicit(map_word(base), ~((uint64_t)1 << (idx & 63)), memory_order_release);
 }
 
 static void list_unlink(hk_region_info *r) {
@@ -334,10 +367,11 @@ static hk_region_info *region_new(region_list *l) {
   hk_region *slot = info != NULL ? arena_take() : NULL; /* (no record left: 64 GiB of small regions) */
   hk_unlock(&arena_lock);
   if (info == NULL) return NULL;
+  atomic_store_explicit(&hk_space_tight, hk_os_space_tight(), memory_order_relaxed);
   hk_region *r = slot;
   if (r != NULL && !hk_os_commit(r, HK_REGION_SIZE)) r = NULL;
   if (r == NULL) r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE);
-  if (r != NULL && ((uintptr_t)r >> HK_REGION_SHIFT) >> HK_MAP_BITS) { /* beyond the ownership bitmap */
+  if (r != NULL && !hk_region_map_prepare(r)) { /* beyond the ownership map, or no memory for it */
     hk_os_unmap(r, HK_REGION_SIZE);
     r = NULL;
   }
