@@ -661,8 +661,8 @@ void hk_region_lend_slabs(hk_page *page, unsigned lend); /* bit k: the span's sl
 bool hk_region_grow_span(hk_page *page, unsigned nslabs);   /* take the free slabs after it, if free */
 void hk_region_shrink_span(hk_page *page, unsigned nslabs); /* give back its tail slabs */
 bool hk_arena_shrink(void);                                  /* unmap the arena's never-used slots */
-/* A limit on address space or data holds (region.c: asked again whenever a
- * region is mapped). Every byte mapped counts against such a limit, used or
+/* A limit on address space or data holds (asked again whenever a region
+ * or a large block is mapped). Every byte mapped counts against such a limit, used or
  * not, so while one holds, blocks from HK_TIGHT_LARGE_MIN up are mapped to
  * their size in the large tier instead of taking a class's rounding, a
  * span's slack and a region's room. */

@@ -183,6 +183,7 @@ static void place_guards(hk_region *r) {
 /* A fresh mapping for a large block, its header filled in; NULL when out of
  * memory even after giving back what the caches hold. */
 static hk_region *map_large(size_t need, size_t align) {
+  atomic_store_explicit(&hk_space_tight, hk_os_space_tight(), memory_order_relaxed);
   hk_region *r = hk_os_map_aligned(need, align);
   if (r == NULL) {
     hk_release_for_retry(need);
