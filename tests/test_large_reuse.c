@@ -27,18 +27,24 @@ static void check_usable(void *p, size_t n, const char *what) {
   CHECK(u >= n && u <= n + 64 * KiB, "%s: malloc(%zu): usable size %zu, not its own", what, n, u);
 }
 
+/* malloc(n) after a block of `first` bytes, written with `byte`, was freed */
+static unsigned char *alloc_after(size_t first, int byte, size_t n) {
+  unsigned char *a = (unsigned char *)API(malloc)(first);
+  CHECK(a != NULL, "malloc(%zu) failed", first);
+  memset(a, byte, first);
+  API(free)(a);
+  unsigned char *p = (unsigned char *)API(malloc)(n);
+  CHECK(p != NULL, "malloc(%zu) failed", n);
+  return p;
+}
+
 /* A block of 2 MiB from the mapping of a freed 16 MiB one: usable size of
  * its own; realloc grows it into the kept tail without moving, and past the
  * mapping (a move), its bytes intact throughout. */
 static void test_smaller_from_bigger(void) {
   long hits = hkt_stat("large cache hits");
-  unsigned char *big = (unsigned char *)API(malloc)(16 * MiB);
-  CHECK(big != NULL, "malloc(16 MiB) failed");
-  memset(big, 0x77, 16 * MiB);
-  API(free)(big);
   size_t n = 2 * MiB + 5;
-  unsigned char *p = (unsigned char *)API(malloc)(n);
-  CHECK(p != NULL, "malloc(%zu) failed", n);
+  unsigned char *p = alloc_after(16 * MiB, 0x77, n);
   if (cache_on) CHECK(hkt_stat("large cache hits") == hits + 1, "the cached 16 MiB mapping did not serve 2 MiB");
   check_usable(p, n, "from a bigger mapping");
   size_t u = API(malloc_usable_size)(p);
@@ -61,13 +67,8 @@ static void test_smaller_from_bigger(void) {
  * the block is whole, writable and of its own size. */
 static void test_grown(void) {
   long remaps = hkt_stat("large mremap calls");
-  unsigned char *a = (unsigned char *)API(malloc)(2 * MiB);
-  CHECK(a != NULL, "malloc(2 MiB) failed");
-  memset(a, 0x55, 2 * MiB);
-  API(free)(a);
   size_t n = 9 * MiB + 123;
-  unsigned char *b = (unsigned char *)API(malloc)(n);
-  CHECK(b != NULL, "malloc(%zu) failed", n);
+  unsigned char *b = alloc_after(2 * MiB, 0x55, n);
   if (cache_on && !hkt_hardened())
     CHECK(hkt_stat("large mremap calls") == remaps + 1, "the cached 2 MiB mapping was not grown for 9 MiB");
   check_usable(b, n, "grown mapping");
