@@ -107,6 +107,15 @@ bool hk_arena_shrink(void) {
     }
     arena_free[w] = 0;
   }
+  /* slot 0 holds no region: only its first page, the zero record every
+   * unused table entry leads to, is read (no mapping of ours can start at
+   * its base while that page is there) */
+  static bool slot0_trimmed;
+  if (hk_arena_slots != 0 && !slot0_trimmed) {
+    hk_os_unmap(hk_arena_base + HK_OS_PAGE, HK_REGION_SIZE - HK_OS_PAGE);
+    slot0_trimmed = true;
+    shrunk = true;
+  }
   if (hk_arena_slots > arena_next) {
     size_t old = hk_arena_slots;
     hk_arena_slots = arena_next; /* (before the unmap, as above) */
