@@ -57,6 +57,11 @@ static size_t next_size(filler *f) {
   return k < 12 ? 16 + (size_t)(f->rng >> 8) % 1000 : big[k - 12];
 }
 
+/* Called through a volatile pointer: clang takes malloc for a function
+ * that writes no memory the program can see, errno included, and would
+ * read errno from before the call. */
+static void *(*volatile malloc_fn)(size_t) = malloc;
+
 static void *fill(void *arg) {
   filler *f = arg;
   f->n = f->bytes = 0;
@@ -64,7 +69,7 @@ static void *fill(void *arg) {
   while (f->n < f->cap) {
     size_t n = next_size(f);
     errno = 0;
-    unsigned char *b = malloc(n);
+    unsigned char *b = malloc_fn(n);
     if (b == NULL) {
       if (errno != ENOMEM) f->bad_errno = errno ? errno : -1;
       break;
