@@ -20,6 +20,15 @@ pthread_mutex_t hk_large_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define CACHE_MAX 64
 static hk_region *cache[CACHE_MAX]; /* hk_large_lock */
+/* What the cache's searches read of each entry, kept beside the array:
+ * the headers of 4 MiB-aligned mappings all fall in the same cache sets,
+ * and a scan that read them missed on every entry. (The headers hold the
+ * same values: cached_at_ms, cached_resident.) */
+typedef struct cache_meta {
+  size_t map_size, resident, user_offset;
+  uint64_t at_ms;
+} cache_meta;
+static cache_meta meta[CACHE_MAX];
 static unsigned cache_n;
 static size_t cache_bytes;
 /* Cached mappings keep their pages for quick reuse, but only up to this
@@ -69,12 +78,13 @@ static void cache_enforce_budget_locked(uint64_t now) {
   size_t live = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed) - cache_bytes;
   size_t budget = live > CACHE_RESIDENT_MAX ? live : CACHE_RESIDENT_MAX;
   while (cache_resident > budget) {
-    hk_region *old = NULL;
+    unsigned oi = CACHE_MAX;
     for (unsigned i = 0; i < cache_n; i++)
-      if (cache[i]->cached_resident && now >= cache[i]->cached_at_ms + CACHE_HOT_MS &&
-          (old == NULL || cache[i]->cached_at_ms < old->cached_at_ms))
-        old = cache[i];
-    if (old == NULL) break;
+      if (meta[i].resident && now >= meta[i].at_ms + CACHE_HOT_MS && (oi == CACHE_MAX || meta[i].at_ms < meta[oi].at_ms))
+        oi = i;
+    if (oi == CACHE_MAX) break;
+    hk_region *old = cache[oi];
+    meta[oi].resident = 0;
     hk_os_purge((char *)old + data_page(old), old->cached_resident);
     if (!hk_secure) memset((char *)old + LARGE_META, 0, HK_OS_PAGE - LARGE_META); /* the header's page */
     cache_resident -= old->cached_resident;
@@ -130,9 +140,11 @@ static void unmap_large(hk_region *r) {
 }
 
 static void cache_remove_at(unsigned i) {
-  cache_bytes -= cache[i]->map_size;
-  cache_resident -= cache[i]->cached_resident;
-  cache[i] = cache[--cache_n];
+  cache_bytes -= meta[i].map_size;
+  cache_resident -= meta[i].resident;
+  cache_n--;
+  cache[i] = cache[cache_n];
+  meta[i] = meta[cache_n];
 }
 
 /* Take expired (or, with force, all) entries out of the cache; the caller
@@ -141,7 +153,7 @@ static unsigned cache_expire_locked(hk_region **out, bool force) {
   uint64_t now = hk_os_now_ms();
   unsigned n = 0;
   for (unsigned i = 0; i < cache_n;) {
-    if (force || now >= cache[i]->cached_at_ms + (uint64_t)hk_opt.purge_delay_ms) {
+    if (force || now >= meta[i].at_ms + (uint64_t)hk_opt.purge_delay_ms) {
       victim(out, &n, cache[i]);
       cache_remove_at(i);
     } else {
@@ -222,13 +234,13 @@ static hk_region *cache_take(size_t need, size_t off, size_t size) {
   size_t recent = recent_live_locked(hk_os_now_ms(), size);
   unsigned best = CACHE_MAX, largest = CACHE_MAX;
   for (unsigned i = 0; i < cache_n; i++) {
-    size_t m = cache[i]->map_size;
-    bool res = cache[i]->cached_resident != 0;
-    if (hk_secure && cache[i]->user_offset != off) continue;
+    size_t m = meta[i].map_size;
+    bool res = meta[i].resident != 0;
+    if (hk_secure && meta[i].user_offset != off) continue;
     if (m >= need) {
-      bool bres = best != CACHE_MAX && cache[best]->cached_resident != 0;
-      if (best == CACHE_MAX || res > bres || (res == bres && m < cache[best]->map_size)) best = i;
-    } else if (res && !hk_secure && (largest == CACHE_MAX || m > cache[largest]->map_size)) {
+      bool bres = best != CACHE_MAX && meta[best].resident != 0;
+      if (best == CACHE_MAX || res > bres || (res == bres && m < meta[best].map_size)) best = i;
+    } else if (res && !hk_secure && (largest == CACHE_MAX || m > meta[largest].map_size)) {
       largest = i;
     }
   }
@@ -385,13 +397,14 @@ void hk_large_free(hk_region *r, void *p) {
     while (cache_bytes + r->map_size > limit && cache_n > 0) {
       unsigned oldest = 0;
       for (unsigned i = 1; i < cache_n; i++)
-        if (cache[i]->cached_at_ms < cache[oldest]->cached_at_ms) oldest = i;
+        if (meta[i].at_ms < meta[oldest].at_ms) oldest = i;
       victim(victims, &nv, cache[oldest]);
       cache_remove_at(oldest);
     }
     uint64_t now = hk_os_now_ms();
     r->cached_at_ms = now;
     r->cached_resident = r->map_size - guard_tail() - data_page(r);
+    meta[cache_n] = (cache_meta){r->map_size, r->cached_resident, r->user_offset, now};
     cache[cache_n++] = r;
     cache_bytes += r->map_size;
     cache_resident += r->cached_resident;
