@@ -278,7 +278,6 @@ typedef struct hk_region {
       uint16_t large_zero;       /* data is known to be zero (fresh mapping) */
       uint16_t large_detached;   /* alignment >= 4 MiB: data is outside the header's
                                     4 MiB unit; found through a list, not the bitmap */
-      uint64_t cached_at_ms;
       size_t cached_resident;    /* in the cache: data bytes still committed (0 once purged) */
       size_t block_end;          /* live: the block's usable bytes end at base + block_end; a
                                     mapping reused whole keeps its tail beyond for a larger block */
@@ -667,6 +666,7 @@ bool hk_arena_shrink(void);                                  /* unmap the arena'
  * their size in the large tier instead of taking a class's rounding, a
  * span's slack and a region's room. */
 extern _Atomic bool hk_space_tight;
+void hk_space_check(void); /* ask again (before a region or large mapping) */
 #define HK_TIGHT_LARGE_MIN ((size_t)64 << 10)
 bool hk_region_map_prepare(const void *base);   /* the map can take base (false: out of memory) */
 void hk_region_register(void *base);

@@ -22,8 +22,8 @@ pthread_mutex_t hk_large_lock = PTHREAD_MUTEX_INITIALIZER;
 static hk_region *cache[CACHE_MAX]; /* hk_large_lock */
 /* What the cache's searches read of each entry, kept beside the array:
  * the headers of 4 MiB-aligned mappings all fall in the same cache sets,
- * and a scan that read them missed on every entry. (The headers hold the
- * same values: cached_at_ms, cached_resident.) */
+ * and a scan that read them missed on every entry. (`resident` is also in
+ * the header, cached_resident, for the block that takes the entry.) */
 typedef struct cache_meta {
   size_t map_size, resident, user_offset;
   uint64_t at_ms;
@@ -195,7 +195,7 @@ static void place_guards(hk_region *r) {
 /* A fresh mapping for a large block, its header filled in; NULL when out of
  * memory even after giving back what the caches hold. */
 static hk_region *map_large(size_t need, size_t align) {
-  atomic_store_explicit(&hk_space_tight, hk_os_space_tight(), memory_order_relaxed);
+  hk_space_check();
   hk_region *r = hk_os_map_aligned(need, align);
   if (r == NULL) {
     hk_release_for_retry(need);
@@ -268,10 +268,16 @@ static hk_region *cache_take(size_t need, size_t off, size_t size) {
     /* out of the bitmap while it moves (see hk_large_realloc) */
     hk_region_unregister(r);
     hk_region *n = hk_os_remap(r, old, need, HK_REGION_SIZE);
-    if (n == NULL) { /* still where it was: give it back, map afresh */
+    size_t gone = old; /* (the bytes to unmap when it fails) */
+    if (n != NULL && !hk_region_map_prepare(n)) { /* no leaf for its new place */
+      r = n;
+      gone = need;
+      n = NULL;
+    }
+    if (n == NULL) { /* give it back, map afresh */
       atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, old, memory_order_relaxed);
       hk_stat_add(large_unmaps, 1);
-      hk_os_unmap(r, old);
+      hk_os_unmap(r, gone);
       return NULL;
     }
     hk_region_register(n);
@@ -402,7 +408,6 @@ void hk_large_free(hk_region *r, void *p) {
       cache_remove_at(oldest);
     }
     uint64_t now = hk_os_now_ms();
-    r->cached_at_ms = now;
     r->cached_resident = r->map_size - guard_tail() - data_page(r);
     meta[cache_n] = (cache_meta){r->map_size, r->cached_resident, r->user_offset, now};
     cache[cache_n++] = r;

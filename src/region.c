@@ -42,6 +42,7 @@ char *hk_arena_base = (char *)((uintptr_t)1 << 63);
 _Atomic size_t hk_arena_slots;                 /* slots reserved, slot 0 included (read by hk_region_of) */
 static size_t arena_next = 1;                  /* slots below this were used once */
 _Atomic bool hk_space_tight;
+void hk_space_check(void) { atomic_store_explicit(&hk_space_tight, hk_os_space_tight(), memory_order_relaxed); }
 _Atomic bool hk_arena_shrunk;                   /* some slots are holes (hk_region_of) */
 _Atomic uint64_t hk_arena_holes[HK_ARENA_REGIONS / 64];
 static uint64_t arena_free[ARENA_REGIONS / 64]; /* bit i: slot i (< arena_next) is decommitted */
@@ -376,7 +377,7 @@ static hk_region_info *region_new(region_list *l) {
   hk_region *slot = info != NULL ? arena_take() : NULL; /* (no record left: 64 GiB of small regions) */
   hk_unlock(&arena_lock);
   if (info == NULL) return NULL;
-  atomic_store_explicit(&hk_space_tight, hk_os_space_tight(), memory_order_relaxed);
+  hk_space_check();
   hk_region *r = slot;
   if (r != NULL && !hk_os_commit(r, HK_REGION_SIZE)) r = NULL;
   if (r == NULL) r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE);
