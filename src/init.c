@@ -63,8 +63,8 @@ void hk_init(void) {
  * did not make (their pid is the parent's, heap.c). And the first
  * pthread_atfork call of a process costs 64 KiB of RSS: it reads a
  * constant in a page of libc's read-only data, which the kernel maps with
- * the 15 pages around it (one_block: 1428 -> 1360 KiB; glibc 1184). A
- * program that starts a thread, or whose purger starts, pays them then.
+ * the 15 pages around it. A program that starts a thread, or whose purger
+ * starts, pays them then.
  * They must be in place before a second thread can run allocator code.
  * glibc's pthread_create marks the process multi-threaded and then, before
  * the new thread exists, allocates its DTV with calloc (2.36:
@@ -83,9 +83,10 @@ void hk_fork_handlers_register(void) {
 __attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }
 
 /* Lock order: purger, late heap, heap pool, abandoned pages, large cache,
- * the region lists in order, the arena (after waiting for remote frees that
- * are giving pages back). From then until the parent or child handler, this
- * thread holds every lock (hk_fork_holder, internal.h). */
+ * the region lists in order, the arena, all taken after waiting for the
+ * remote frees that are giving pages back (hk_reclaim_fork_prepare). From
+ * then until the parent or child handler, this thread holds every lock
+ * (hk_fork_holder, internal.h). */
 __thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
 
 void hk_fork_prepare(void) {

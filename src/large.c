@@ -1,6 +1,12 @@
-/* Large blocks (> 1 MiB, or alignment > 64 KiB): each is its own 4 MiB-
- * aligned mapping with a 128-byte header (hk_region) at its start, so
- * free() finds it by the same mask-and-bitmap lookup as small blocks.
+/* Large blocks (> 1 MiB, alignment > 64 KiB, or from HK_TIGHT_LARGE_MIN
+ * up while a limit on mapped bytes holds): each is its own 4 MiB-aligned
+ * mapping with a 128-byte header (its hk_region record, slot 0) at its
+ * start and its data in its first 4 MiB unit. free() misses the arena's
+ * page table for it and, in the slow path (hk_region_lookup), finds the
+ * unit's bit set in the ownership map (hk_region_is_ours) and the header at
+ * the unit's base (hk_region_of), as for a small region mapped outside the
+ * arena. Blocks aligned to 4 MiB or more keep their header elsewhere (see
+ * `detached`).
  *
  * Freed mappings are kept in a small cache (the "whale cache") for
  * hk_opt.purge_delay_ms, so a program that allocates and frees large
@@ -22,7 +28,7 @@ pthread_mutex_t hk_large_lock = PTHREAD_MUTEX_INITIALIZER;
 static hk_region *cache[CACHE_MAX]; /* hk_large_lock */
 /* What the cache's searches read of each entry, kept beside the array:
  * the headers of 4 MiB-aligned mappings all fall in the same cache sets,
- * and a scan that read them missed on every entry. (`resident` is also in
+ * and a scan that read them would miss on every entry. (`resident` is also in
  * the header, cached_resident, for the block that takes the entry.) */
 typedef struct cache_meta {
   size_t map_size, resident, user_offset;
@@ -96,7 +102,7 @@ static void cache_enforce_budget_locked(uint64_t now) {
 /* Blocks aligned to 4 MiB or more (the region size) cannot keep their
  * header in the 4 MiB unit of their data (the data starts on such a boundary). Their header
  * stays at the mapping's start and is found through this list; only free()
- * of a pointer that the bitmap does not know looks here. */
+ * of a pointer that the ownership map does not know looks here. */
 static hk_region *detached; /* hk_large_lock */
 
 hk_region *hk_large_find_detached(const void *p) {
@@ -115,9 +121,8 @@ static size_t round_page(size_t n) { return (n + HK_OS_PAGE - 1) & ~(size_t)(HK_
 
 /* Bytes of all large mappings and of those the cache holds, as one
  * snapshot: a mapping leaves both counts under hk_large_lock (victim),
- * so mallinfo2 never sees a cached block about to be unmapped as live.
- * Read apart, a purge between the two reads counted it live (a test saw
- * 8.2 MB of live large blocks where there were none). */
+ * so mallinfo2 never sees a cached block about to be unmapped as live,
+ * as it would if a purge came between two separate reads. */
 void hk_large_usage(size_t *mapped, size_t *cached) {
   hk_lock(&hk_large_lock);
   *mapped = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed);
@@ -265,7 +270,7 @@ static hk_region *cache_take(size_t need, size_t off, size_t size) {
   if (r->cached_resident != 0) r->large_zero = 0; /* a purged one reads as zeros */
   size_t old = r->map_size;
   if (grow) {
-    /* out of the bitmap while it moves (see hk_large_realloc) */
+    /* out of the ownership map while it moves (see hk_large_realloc) */
     hk_region_unregister(r);
     hk_region *n = hk_os_remap(r, old, need, HK_REGION_SIZE);
     size_t gone = old; /* (the bytes to unmap when it fails) */
@@ -296,14 +301,13 @@ static hk_region *cache_take(size_t need, size_t off, size_t size) {
 
 /* Where a block's data starts in its mapping. Every large mapping is 4 MiB
  * aligned, so data at one fixed offset would put the same byte of every
- * block's every page in the same cache sets: a loop that writes each 4 KiB
- * page of a few 2 MiB blocks (fixed_2m) ran at 0.65x glibc, all L2 misses.
+ * block's every page in the same cache sets, and a loop that writes each
+ * page of a few large blocks would miss the L2 on every write.
  * Blocks aligned to at most 64 bytes start at one of 62 cache-line offsets
  * after the header (the hk_region record, LARGE_META bytes), in the header's
  * own page: a block of whole pages then spans one page more than its data,
- * not two (until 2026-11-26 the header had a page of its own, and a 2 MiB
- * block touched 514 pages). Aligned blocks start at their alignment.
- * Hardened mode keeps the data on a page boundary, behind its guard page,
+ * not two (as with a header page of its own). Aligned blocks start at
+ * their alignment. Hardened mode keeps the data on a page boundary, behind its guard page,
  * and the header on a page of its own. */
 static size_t data_offset(size_t align) {
   if (hk_secure) return align <= HK_LARGE_HEADER ? HK_LARGE_HEADER + HK_GUARD : align;
@@ -333,7 +337,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   bool detach = align >= HK_REGION_SIZE;
   hk_region *r = detach ? NULL : cache_take(need, off, size);
   /* a reused mapping keeps its colour: a program that reuses the block
-   * writes the same lines, which may still be cached (fixed_2m) */
+   * writes the same lines, which may still be cached */
   if (r != NULL && colored && r->user_offset >= LARGE_META && r->user_offset <= span) off = r->user_offset;
   if (r == NULL) {
     r = map_large(need, detach ? align : HK_REGION_SIZE);
@@ -451,11 +455,10 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   }
   if (r->large_detached) return NULL; /* moving would break its alignment: copy */
   size_t old = r->map_size;
-  /* Out of the bitmap before the move: once moved, the old address is free,
-   * and another thread's new mapping there registers itself; unregistering
-   * after the move cleared that thread's bit, and its block then read as
-   * "not allocated by hakmem" (1-4 MiB blocks that one thread allocates and
-   * another grows with realloc: 4 of 6 runs aborted). The block is the
+  /* Out of the ownership map before the move: once moved, the old address
+   * is free, and another thread's new mapping there registers itself;
+   * unregistering after the move would clear that mapping's bit, and its
+   * block would then read as "not allocated by hakmem". The block is the
    * caller's: no other thread may look it up meanwhile. */
   hk_region_unregister(r);
   hk_region *n = hk_os_remap(r, old, need, HK_REGION_SIZE);

@@ -16,10 +16,10 @@
 #endif
 
 /* Writable mappings are charged against the commit limit as glibc's are:
- * with MAP_NORESERVE the kernel's overcommit heuristic let malloc(1 TiB)
- * on a 24 GiB machine return a block (a program then dies when it touches
- * it, instead of seeing NULL). Reservations (PROT_NONE) are charged nothing
- * either way. */
+ * with MAP_NORESERVE the kernel's overcommit heuristic would let
+ * malloc(1 TiB) return a block on a machine with far less memory (a program
+ * then dies when it touches it, instead of seeing NULL). Reservations
+ * (PROT_NONE) are charged nothing either way. */
 static int map_flags(int prot) { return MAP_PRIVATE | MAP_ANONYMOUS | (prot == PROT_NONE ? MAP_NORESERVE : 0); }
 
 static void *map_raw(void *hint, size_t size, int prot) {
@@ -145,9 +145,10 @@ unsigned hk_os_cpu_count(void) {
 
 /* The system call rather than getpid(), which is one too (glibc caches no
  * pid since 2.25): getpid lies in a part of libc's text that a program
- * seldom runs, and the page fault of a heap's first call mapped 64 KiB of
- * it around the function (the kernel maps the neighbouring pages of a
- * file with the one that faults): one_block 1352 -> 1288 KiB. */
+ * seldom runs, and the page fault of a heap's first call would map 64 KiB
+ * of it around the function (the kernel maps the neighbouring pages of a
+ * file with the one that faults), resident memory a small program does not
+ * otherwise need. */
 int hk_os_pid(void) { return (int)syscall(SYS_getpid); }
 
 /* Has the thread with kernel id tid of process pid exited? Only a

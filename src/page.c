@@ -25,9 +25,9 @@ static uintptr_t page_key(const hk_page *page) {
 /* Cache colouring. A block alone in its span (page of a coloured class, or
  * large block) would otherwise start on a 64 KiB boundary like every other
  * such block, so the same offset into each, and the same offset into each
- * of their 4 KiB pages, falls in the same L1 cache set: eight lines at most
- * (fixed_64k, which writes one byte in each 4 KiB page of four 64 KiB
- * blocks: 8.0 Mops/s, 21.6 with colours). The offsets go round all HK_COLORS
+ * of their 4 KiB pages, falls in the same L1 cache set, which holds eight
+ * lines at most: a loop that writes the same offset of every page of a few
+ * such blocks evicts its own lines. The offsets go round all HK_COLORS
  * lines of a 4 KiB page, 37 lines apart, per thread. */
 size_t hk_color_offset(void) {
   static __thread unsigned counter __attribute__((tls_model("initial-exec")));
@@ -49,7 +49,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
   /* Aligned allocation avoids coloured classes (alloc.c). Hardened mode
    * keeps blocks on the span's start. A span that served this class
    * keeps its colour: a program that reuses the block writes the same
-   * lines, which may still be cached (fixed_256k: 3.09 -> 3.37 Mops/s). */
+   * lines, which may still be cached. */
   if (hk_colored_page(cls, page->nslabs)) {
     page->reserved = 1;
     page->start += same_class && old_color < HK_COLORS * 64 ? old_color : hk_color_offset();
@@ -70,12 +70,10 @@ void hk_page_init(hk_page *page, unsigned cls) {
 /* Carve the next HK_EXTEND_BYTES of untouched blocks (or one block) onto
  * the free list, in address order so that consecutive mallocs return
  * neighbouring blocks. Carving writes each block's first word, which
- * commits an OS page per block of 4 KiB or more: carving four such blocks
- * at a time committed three OS pages for nothing in every page that serves
- * a block or two (thread_churn, whose 32 blocks a thread spread over some
- * 40 medium classes: peak RSS 3.93 -> 3.57 MiB). Carving one at a time
- * costs mid_large_mt 0.3 % more instructions (callgrind, 1 thread), within
- * the noise of its speed. */
+ * commits an OS page per block of 4 KiB or more, so such blocks are carved
+ * one at a time: carving several would commit OS pages for nothing in
+ * every page that serves only a block or two, and one at a time costs only
+ * a call here per block in pages that are used in full. */
 bool hk_page_extend(hk_page *page) {
   uintptr_t key = page->key;
   if (page->capacity >= page->reserved) return false;

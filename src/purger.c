@@ -104,8 +104,8 @@ void hk_purger_notify(void) {
 /* From free(), which glibc itself calls while it holds its lock on the
  * cache of thread stacks (pthread_join, or a detached thread's exit, freeing
  * the thread-local storage of stacks it evicts): pthread_create there waits
- * on that lock forever. With 2,000 threads of 64 KiB stacks joined, the
- * first memory released was such a free, and the program hung. So free()
+ * on that lock forever. In a program that joins many threads the first
+ * memory released can be such a free, which would hang. So free()
  * starts the thread only while the process has a single thread; otherwise
  * it leaves the start to the next malloc slow path or thread exit. */
 void hk_purger_notify_free(void) {

@@ -5,10 +5,10 @@
  * keeps it in a small cache per size class (heap->cache_first[]). While it
  * sits there the block stays counted in its page's `used`, exactly as if
  * it were still live, so the owner needs to know nothing. Why: in a
- * server-style program (larson) most frees are remote; pushing each one
- * onto the owner's page cost a CAS on a cache line that the owner was
- * writing too (23 % of larson's time, most of it that CAS waiting). The
- * blocks go back in batches, a run of blocks of one page with one CAS.
+ * server-style program most frees are remote, and pushing each one onto
+ * the owner's page costs a CAS on a cache line that the owner writes too,
+ * a CAS that mostly waits for that line. The blocks go back in batches, a
+ * run of blocks of one page with one CAS.
  *
  * Cache mode. Once remote frees fill a class's list, the thread switches
  * to cache mode: its mallocs take the class's cached block first (malloc's
@@ -18,18 +18,16 @@
  * then no heap). malloc thus finds a class's most recently freed block
  * first whoever owns it, while it is hot in this core's cache, and both
  * paths take one branch whatever the mix: with local and remote frees in
- * random order (larson: half of each), the fast path's owner test and
- * malloc's "cache or page" test each went the wrong way about half the
- * time (cachegrind's branch model: 841k mispredictions in 800k operations,
- * tcmalloc 58k; in cache mode 99k; larson's CPU time -16 %, 2026-11-26).
+ * random order, the fast path's owner test and malloc's "cache or page"
+ * test would otherwise each go the wrong way about half the time.
  * Every 64 cached mallocs the thread checks that a quarter of the blocks
  * it kept were other heaps'; if not, it leaves the mode and gives the
  * cache back (cache_pop_noting_time): for its own blocks the pages are
- * faster, and outside cache mode it does not reuse other heaps' blocks,
- * which would otherwise stay in its working set, each free of them a
- * remote free (bench/remote_trickle: a thread with 0.5 % remote frees of a
- * busy owner's blocks ended with 38 % of its live blocks theirs, in cache
- * mode for good: 60 Mops/s, 67 without reusing them; tcmalloc 67).
+ * faster, and outside cache mode it does not reuse other heaps' blocks.
+ * Reused, they would stay in its working set, each free of them a remote
+ * free: a thread with only occasional remote frees of a busy owner's
+ * blocks would fill up with that owner's blocks and stay in cache mode
+ * for good.
  *
  * The cache is bounded: at most hk_class_cache_max[cls] blocks per class
  * and HK_CACHE_BYTES in all. Past that, the older half of the class, or
@@ -53,7 +51,7 @@
  * A page parked full whose blocks have all come back through remote frees
  * is free, but only its owner can reuse it, and an owner that no longer
  * allocates (a thread that filled a structure for others and now waits for
- * them: larson's main thread in pthread_join) never comes back for it. The
+ * them in pthread_join) never comes back for it. The
  * freer whose push completes such a page, if the owner has not looked for a
  * page for HK_IDLE_OWNER_MS, gives its memory back at once: it swaps the
  * stack for the state RECLAIMED and purges the span; the owner's next scan
@@ -209,8 +207,8 @@ static void cache_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
 
 /* The cache is over HK_CACHE_BYTES: every class gives back its older half
  * (a class's recent blocks are the ones its next mallocs reuse while they
- * are still in this core's cache; emptying the whole cache, as until
- * 2026-11-26, sent half of larson's mallocs to cold page blocks). */
+ * are still in this core's cache; emptying the whole cache would send the
+ * next mallocs to cold page blocks). */
 static void cache_halve(hk_heap *h) {
   for (unsigned c = 0; c < HK_NCLASSES; c++)
     if (h->cache_first[c] != NULL) cache_flush_keep(h, c, (uint32_t)(hk_class_cache_max[c] - h->cache_room[c]) / 2);
@@ -236,10 +234,9 @@ HK_INLINE void *cache_pop(hk_heap *h, size_t cls, hk_block *b) {
  * malloc take any). A thread that takes its blocks from here may not search
  * pages for a long time, so it notes the time (see owner_idle). And a
  * thread whose cache took fewer than 16 blocks of other heaps since the
- * last time leaves cache mode and sends the cache back to the pages (a
- * thread that caches its own frees only, as larson's single worker did
- * once its one remote owner was idle, ran 20 % slower than on its pages:
- * 53.6 -> 43 Mops/s). */
+ * last time leaves cache mode and sends the cache back to the pages: a
+ * thread that caches mostly its own frees (e.g. once its one remote owner
+ * is idle) runs faster on its pages. */
 static HK_NOINLINE void *cache_pop_noting_time(hk_heap *h, size_t cls, hk_block *b) {
   hk_heap_note_active(h);
   void *p = cache_pop(h, cls, b);
@@ -259,8 +256,8 @@ void *hk_malloc_cached(size_t size, hk_heap *h) {
   else return hk_malloc_slow(size, h);
   hk_block *b = h->cache_first[cls];
   if (b != NULL) {
-    /* (the clock in a call of its own: here, its call made every pop save
-     * and restore registers) */
+    /* (the clock in a call of its own: inlined here, its call would make
+     * every pop save and restore registers) */
     if (HK_UNLIKELY((h->stats.cache_reused & 63) == 0)) return cache_pop_noting_time(h, cls, b);
     return cache_pop(h, cls, b);
   }
@@ -311,8 +308,8 @@ HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_b
 /* The common path's tests failed: the block goes back to its page (this
  * thread keeps no cache, the class has none, or the owner is gone or
  * idle), or the cache is full for b's class, or in all, and makes room.
- * Out of line, so that the common path below saves no registers (it was
- * 29 instructions a remote free, 12 of them saving and restoring). */
+ * Out of line, so that the common path below saves and restores no
+ * registers. */
 static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *self, hk_heap *owner) {
   if (hk_secure) { /* (every class's room is 0 then: init.c) */
     secure_free(b, page, self);
@@ -326,9 +323,9 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
     }
   } else if (self == &hk_heap_empty || hk_class_cache_max[cls] == 0 || owner == NULL || owner_idle(self, owner)) {
     /* A block of an exited thread's page (no owner) goes straight back, so
-     * the page can empty and be reused or given back: kept here, it pinned
-     * its page for as long as this thread allocated nothing of the class
-     * (thread_churn's main thread: peak RSS 4268 -> 4148 KiB). */
+     * the page can empty and be reused or given back: kept here, it would
+     * pin its page for as long as this thread allocates nothing of the
+     * class. */
     remote_push(page, b, b, 1);
     if (self != &hk_heap_empty) self->stats.remote_frees++;
     return;

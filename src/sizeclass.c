@@ -6,15 +6,13 @@
  * (64 KiB) pages; larger ones in spans of 1..16 slabs, chosen so that the
  * span wastes as little as possible at its end, except that blocks larger
  * than a slab take the shortest span that wastes at most 1/8 of it (1 to 4
- * blocks a page, where the least waste took up to 15 slabs for 4 blocks).
- * A long span needs as many contiguous free slabs, which a heap fragmented
- * by earlier frees rarely has, so such pages took fresh memory; and a page
- * of few blocks is whole again, and reusable by any class, sooner
- * (fragmentation: page faults 96.6k -> 90.5k, peak RSS / live 1.28 ->
- * 1.30, speed +4.7 % and -0.2 % in two 7-run A/Bs; 2026-11-24). Below a slab, shorter spans
- * cost mid_large_mt a quarter of its speed: pages of few small blocks
- * empty and fill too often (docs/DESIGN.md, Known limits), so there a page
- * holds at least 8 or 16 blocks (medium_min_blocks).
+ * blocks a page, where the least waste would take up to 15 slabs for 4
+ * blocks). A long span needs as many contiguous free slabs, which a heap
+ * fragmented by earlier frees rarely has, so such pages would take fresh
+ * memory; and a page of few blocks is whole again, and reusable by any
+ * class, sooner. Below a slab, pages of few blocks empty and fill too
+ * often (docs/DESIGN.md, Known limits), so there a page holds at least 32
+ * or 8 blocks (medium_min_blocks).
  *
  * Where the span holds a single block, the class is coloured: the block
  * starts at one of HK_COLORS cache-line offsets (page.c). If the span
@@ -28,20 +26,17 @@
  * blocks are a multiple of 1 KiB apart, and those of 12, 16, 20 ... 60 KiB
  * a multiple of 4 KiB: the same offset into neighbouring blocks
  * falls in the same L1 set and has the same low 12 address bits, which the
- * core compares to match a load with earlier stores ("4K aliasing"; which
- * of the two cost more here is not measured: this VM has no hardware
- * counters). Two arrays of 16000 B indexed together, larson's p[] and n[],
- * ran the benchmark 11 % slower (larson with 1 worker, 7-run A/B; glibc's
- * 16-byte chunk headers stagger such blocks by themselves). The pad
- * makes a block 64 * an odd number of bytes long, so neighbours start in
- * different sets, and is not the program's: malloc_usable_size reports the
- * class size. Padded blocks are only 64-aligned, so each padded class has
- * an unpadded twin (classes HK_NSIZES..), which only aligned allocation
- * uses (alloc.c). A span filled exactly by its unpadded blocks holds one
- * block fewer: 2000 blocks of 16 KiB take 4.1 % more RSS than their data
- * (0.4 % unpadded), of 32 KiB 2.2 % (0.4 %). The one-slab classes of 4 to
- * 8 KiB would lose 1 block in 16 or in 8 (4 and 8 KiB blocks: 7.9 % more
- * RSS than their data, against 1.2 % and 0.7 %), so they stay unpadded. */
+ * core compares to match a load with earlier stores ("4K aliasing"), so a
+ * program that indexes two such arrays together pays for both on every
+ * access (glibc's 16-byte chunk headers stagger such blocks by themselves).
+ * The pad makes a block 64 * an odd number of bytes long, so neighbours
+ * start in different sets, and is not the program's: malloc_usable_size
+ * reports the class size. Padded blocks are only 64-aligned, so each padded
+ * class has an unpadded twin (classes HK_NSIZES..), which only aligned
+ * allocation uses (alloc.c). A span filled exactly by its unpadded blocks
+ * holds one block fewer, the RSS the pad costs. The one-slab classes of 4
+ * to 8 KiB would lose 1 block in 16 or in 8 of every page, too much RSS for
+ * it, so they stay unpadded. */
 #include "internal.h"
 
 uint32_t hk_class_size[HK_NCLASSES];
@@ -54,23 +49,14 @@ uint8_t hk_class_lut_first[HK_NCLASSES]; /* first slot of hk_class_lut holding e
 uint8_t hk_class_cache_max[HK_NCLASSES];
 
 /* Blocks between 8 KiB and a slab: pages of at least this many blocks. The
- * least waste alone gave 16 and 32 KiB blocks one-slab pages of 4 and 2
- * blocks, which a program with a few dozen such blocks live exhausts and
- * refills every few operations: each time a page search, the exhausted page
- * parked full and unparked by the next free into it (mid_large_mt,
- * 2 threads x 1M operations under callgrind: 75k slow-path mallocs and 70k
- * parks; with 8 blocks 36k and 21k, 7.6 % fewer instructions in all;
- * +6 % ops/s; 2026-11-25, docs/BENCHMARK-LOG.md). Up to 32 KiB, 16 blocks:
- * mid_large_mt (8-32 KiB blocks) 3.0 % fewer instructions again and 1.07x
- * ops/s, realloc_growth 1.07x, no change in peak RSS; 32 blocks (which
- * changes the classes of 12, 16, 20 ... 32 KiB, whose pages held 15 padded
- * blocks; the others already held 31 or 63): with 1024 blocks live a
- * thread, 22.6k -> 11.8k slow-path mallocs in 600k operations, 4.3 % fewer
- * instructions, 1.05x ops/s and peak RSS 23.6 -> 22.6 MiB; with 256, 1.02x
- * and 11.1 -> 10.1 MiB (2026-11-26). Above 32 KiB, 16 blocks raised
- * fragmentation's peak RSS / live bytes from 1.30 to 1.33 (most of its
- * bytes are in 32-64 KiB blocks, whose longer pages empty less often when
- * it frees 90 % of them); up to 32 KiB it stays 1.30. */
+ * least waste alone would give 16 and 32 KiB blocks one-slab pages of 4
+ * and 2 blocks, which a program with a few dozen such blocks live exhausts
+ * and refills every few operations: each time a page search, the exhausted
+ * page parked full and unparked by the next free into it. More blocks a
+ * page make those slow paths rarer, at the cost of longer pages that empty
+ * less often when a program frees most of its blocks: up to 32 KiB, where
+ * the slow paths dominate, 32 blocks; above, where the blocks are large
+ * enough that such pages hold much memory, 8. */
 static unsigned medium_min_blocks(uint32_t bs) { return bs <= 32768 ? 32 : 8; }
 
 static unsigned span_for(uint32_t bs) {
@@ -110,8 +96,9 @@ void hk_sizeclass_init(void) {
     uint32_t block = size + (padded ? HK_CLASS_PAD : 0);
     hk_class_block[c] = block;
     /* the span is the unpadded class's, holding a block fewer where the
-     * blocks filled it (giving padded classes spans of their own, 1 to 16
-     * slabs, cost realloc_growth 27 % of its speed: 3.2x the page faults) */
+     * blocks filled it: spans chosen anew for the padded sizes would cost a
+     * block that grows through the classes by realloc several times the
+     * page faults */
     unsigned n = span_for(size);
     if (size > 8192 && (uint64_t)n * HK_SLAB_SIZE / size == 1) {
       if ((uint64_t)n * HK_SLAB_SIZE - size >= (uint64_t)HK_COLORS * 64) {
