@@ -78,9 +78,8 @@ void *hk_realloc(void *p, size_t size) {
   size_t usable = hk_block_size(p, "realloc()"); /* also validates p */
   /* A large block stays one down to a slab's worth (64 KiB): it shrinks in
    * place, its mapping's tail given back, and may grow again by mremap.
-   * Moving it to a size class copied it; with random sizes of 1 KiB-2 MiB
-   * (16 live) that was two thirds of the copies, and 4x the time (25k ->
-   * 110k reallocs/s, peak RSS 33 -> 15 MiB; jemalloc 297k at 49 MiB). */
+   * Moving it to a size class would copy it, and copy it again when it
+   * grows back past 1 MiB. */
   if (r->kind == HK_KIND_LARGE && (size > HK_MEDIUM_MAX || size >= usable / 2 || size >= HK_SLAB_SIZE)) {
     void *q = hk_large_realloc(r, p, size);
     if (q != NULL) return q;
@@ -121,8 +120,8 @@ void *hk_realloc(void *p, size_t size) {
    * its own, with free slabs after it where possible, so its next steps are
    * in place. "Keeps growing": this thread's realloc grew it before (one of
    * the last HK_GROWN_RING blocks it grew). A block resized to random sizes
-   * took such a span, from the regions, on every growth past 64 KiB (500k
-   * reallocs to 16 B-64 KiB: 111k spans taken and given back). */
+   * would otherwise take such a span from the regions, and give it back, on
+   * every growth past 64 KiB. */
   void *q = NULL;
   hk_heap *gh = size > usable ? hk_heap_get() : NULL;
   bool again = gh != NULL && r->kind != HK_KIND_LARGE && hk_span_block(hk_page_of(r, p));
@@ -159,10 +158,10 @@ static bool release_cached(void) {
 
 /* A mapping failed: the same, and the arena's never-used slots too, before
  * the one retry. Under an address-space limit (RLIMIT_AS) the arena's
- * reservation took what the limit left (a quarter of what it asked for,
- * and so on), and the caches hold the rest: a program that freed its
- * medium blocks got a NULL for a 4 MiB block with 300 MiB of the limit
- * unused (23 such blocks against glibc's 94 under `ulimit -v 400000`). */
+ * reservation takes what the limit leaves (a quarter of what it asked for,
+ * and so on), and the caches hold the rest: without this, a program that
+ * freed its medium blocks would get NULL for a large block with most of
+ * the limit unused. */
 void hk_release_for_retry(size_t need) {
   release_cached();
   /* The arena's unused reservation goes for good: only when an

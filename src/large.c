@@ -5,13 +5,14 @@
  * page table for it and, in the slow path (hk_region_lookup), finds the
  * unit's bit set in the ownership map (hk_region_is_ours) and the header at
  * the unit's base (hk_region_of), as for a small region mapped outside the
- * arena. Blocks aligned to 4 MiB or more keep their header elsewhere (see
- * `detached`).
+ * arena. Blocks aligned to 4 MiB or more are found through a list instead
+ * (see `detached`).
  *
  * Freed mappings are kept in a small cache (the "whale cache") for
  * hk_opt.purge_delay_ms, so a program that allocates and frees large
- * buffers in a loop makes no system call and takes no page fault: a
- * request takes the smallest cached mapping that holds it, whatever its
+ * buffers in a loop makes no system call, and no page fault while the
+ * cache's resident bytes stay within their budget (see CACHE_RESIDENT_MAX):
+ * a request takes the smallest cached mapping that holds it, whatever its
  * size, or grows the largest one with mremap (its pages move, only the
  * growth is new). realloc grows with mremap too: the pages move, they are
  * not copied. */

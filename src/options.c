@@ -1,5 +1,5 @@
 /* Options: one table, read once at initialisation from HAKMEM_* environment
- * variables. The defaults are the settings measured best (docs/OPTIONS.md).
+ * variables. docs/OPTIONS.md says what each default trades off.
  * `environ` is scanned by hand: this runs inside the first malloc. */
 #include "internal.h"
 
