@@ -34,7 +34,7 @@ extern "C" {
 #define HAK_MALLOC_ATTR
 #endif
 
-/* "0.1.0" */
+/* the library's version, "MAJOR.MINOR.PATCH" */
 const char *hak_version(void);
 
 void *hak_malloc(size_t size) HAK_MALLOC_ATTR;

@@ -20,10 +20,11 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Set by programs/CMakeLists.txt (the version: the project's, from the
+ * top CMakeLists.txt); the defaults only matter for a hand build. */
 #ifndef HAKMEM_VERSION_STRING
-#define HAKMEM_VERSION_STRING "0.1.0"
+#define HAKMEM_VERSION_STRING "unknown"
 #endif
-/* Set by programs/CMakeLists.txt; the defaults only matter for a hand build. */
 #ifndef HAKMEM_BUILD_DIR
 #define HAKMEM_BUILD_DIR ""
 #endif

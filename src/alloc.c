@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "hakmem.h"
+
 static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 #define HK_REALLOC_ROOM_MIN ((size_t)4 << 10)
@@ -16,7 +18,7 @@ void *hk_calloc(size_t n, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  if (total > HK_MEDIUM_MAX) return hk_large_alloc(total, 16, true);
+  if (total > HK_MEDIUM_MAX) return hk_alloc_large(total, 16, true);
   void *p = hk_malloc_fast(total);
   if (p != NULL) memset(p, 0, total);
   return p;
@@ -32,7 +34,7 @@ void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
     /* the blocks of every class above 8 B are 16-aligned */
     return zero ? hk_calloc(1, size) : hk_malloc_fast(size);
   }
-  if (size > ((size_t)1 << 46)) {
+  if (size > HK_MAX_REQUEST) {
     errno = ENOMEM;
     return NULL;
   }
@@ -41,7 +43,7 @@ void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
     size_t req = (need + align - 1) & ~(align - 1);
     if (req < align) req = align;
     if (req <= HK_MEDIUM_MAX) {
-      if (atomic_load_explicit(&hk_init_state, memory_order_acquire) != 2) hk_init();
+      hk_init_check();
       unsigned cls = hk_size_class(req);
       while (cls < HK_NSIZES && ((hk_class_size[cls] & (align - 1)) != 0 || (align > 64 && hk_class_colored[cls])))
         cls++;
@@ -56,7 +58,7 @@ void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
       }
     }
   }
-  return hk_large_alloc(size, align, zero);
+  return hk_alloc_large(size, align, zero);
 }
 
 void *hk_realloc(void *p, size_t size) {
@@ -145,41 +147,6 @@ void *hk_realloc(void *p, size_t size) {
   return q;
 }
 
-/* Give back what the caches hold: every heap's spare spans, exited
- * threads' empty pages, cached large mappings, free slabs and empty regions
- * (malloc_trim). */
-static bool release_cached(void) {
-  hk_spares_expire(true);
-  hk_abandoned_sweep(true, true);
-  bool released = hk_large_trim(true);
-  released |= hk_region_purge(true);
-  return released;
-}
-
-/* A mapping failed: the same, and the arena's never-used slots too, before
- * the one retry. Under an address-space limit (RLIMIT_AS) the arena's
- * reservation takes what the limit leaves (a quarter of what it asked for,
- * and so on), and the caches hold the rest: without this, a program that
- * freed its medium blocks would get NULL for a large block with most of
- * the limit unused. */
-void hk_release_for_retry(size_t need) {
-  release_cached();
-  /* The arena's unused reservation goes for good: only when an
-   * address-space limit is what the mapping ran into (a request no machine
-   * can serve, malloc(1 TiB), must not cost the arena) */
-  if (hk_os_space_limited(need)) hk_arena_shrink();
-}
-
-int hk_trim(void) {
-  int saved = errno;
-  hk_heap *h = hk_tls_heap;
-  if (h != &hk_heap_empty) hk_heap_collect(h, true);
-  bool released = release_cached();
-  hk_purge_poke = false; /* nothing left to purge */
-  errno = saved;
-  return released ? 1 : 0;
-}
-
 /* ---- the hak_ API ---- */
 HK_API HK_HOT void *hak_malloc(size_t size) { return hk_malloc_fast(size); }
 HK_API void *hak_calloc(size_t n, size_t size) { return hk_calloc(n, size); }
@@ -239,10 +206,49 @@ HK_API void *hak_pvalloc(size_t size) {
 
 HK_API int hak_malloc_trim(size_t pad) {
   (void)pad;
-  return hk_trim();
+  return hk_pressure_trim();
 }
 
-HK_API void hak_malloc_stats(void) { hk_stats_print(); }
+/* the counters, and what the tiers hold now */
+void hk_stats_report(void) {
+  hk_usage u;
+  hk_pressure_usage(&u);
+  hk_stats_print(&u);
+}
+
+HK_API void hak_malloc_stats(void) { hk_stats_report(); }
+
+/* HAKMEM_STATS=1: the statistics at exit */
+__attribute__((destructor)) static void stats_at_exit(void) {
+  if (hk_opt.stats) hk_stats_report();
+}
+
+/* mallinfo2: small/medium regions are the arena; large mappings are hblkhd,
+ * except those held by the large-block cache, which count as free. */
+HK_API struct mallinfo2 hak_mallinfo2(void) {
+  struct mallinfo2 mi;
+  memset(&mi, 0, sizeof mi);
+  hk_usage u;
+  hk_pressure_usage(&u);
+  size_t mapped = u.region_mapped, in_use = u.region_in_use, large = u.large_mapped, cached = u.large_cached;
+  size_t live_large = large > cached ? large - cached : 0;
+  mi.arena = mapped;                      /* bytes in small/medium regions */
+  mi.hblkhd = live_large;                 /* bytes in live large mappings */
+  mi.hblks = atomic_load_explicit(&hk_stats.large_allocs, memory_order_relaxed) -
+             atomic_load_explicit(&hk_stats.large_frees, memory_order_relaxed);
+  mi.uordblks = in_use + live_large;      /* bytes in pages in use + live large blocks */
+  mi.fordblks = (mapped > in_use ? mapped - in_use : 0) + cached;
+  return mi;
+}
+
+/* mallopt: hakmem is configured through HAKMEM_* variables; every request is
+ * accepted and has no effect, like glibc's answer for a known parameter. */
+HK_API int hak_mallopt(int param, int value) {
+  (void)param;
+  (void)value;
+  return 1;
+}
+
 HK_API void hak_cfree(void *p) { hk_free_fast(p); }
 
-HK_API const char *hak_version(void) { return "0.1.0"; }
+HK_API const char *hak_version(void) { return HK_VERSION_STRING; }

@@ -52,9 +52,4 @@ void hk_fatal_in(const char *who, const char *what, const void *p) {
 
 void hk_fatal(const char *what, const void *p) { hk_fatal_in(NULL, what, p); }
 
-void hk_warning(const char *msg) {
-  if (!hk_opt.verbose) return;
-  hk_os_write_stderr("hakmem: warning: ", 17);
-  hk_os_write_stderr(msg, strlen(msg));
-  hk_os_write_stderr("\n", 1);
-}
+

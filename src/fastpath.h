@@ -17,13 +17,7 @@
 
 /* Pop the first free block of `page`, the current page of size's class. */
 HK_INLINE void *hk_malloc_from(hk_heap *heap, hk_page *page, size_t size) {
-  hk_block *b = page->free;
-  if (HK_LIKELY(!hk_list_end(b))) {
-    page->free = hk_link_next(b, page->free_key);
-    b->link = 0; /* a live block must not look free (see hk_looks_free) */
-    page->used++;
-    return b;
-  }
+  if (HK_LIKELY(!hk_list_end(page->free))) return hk_page_pop(page);
   return hk_malloc_slow(size, heap);
 }
 
@@ -58,11 +52,8 @@ HK_INLINE void hk_free_to_page(hk_page *page, void *p, void (*invalid)(void *)) 
         hk_free_local_checked(heap, page, b);
         return;
       }
-      hk_block *first = page->free;
-      hk_link_set(b, first, key);
-      page->free = b;
       /* empty now, or parked as full (see HK_USED_NORMAL) */
-      if (HK_UNLIKELY((int32_t)--page->used < 0)) hk_heap_page_emptied(heap, page);
+      if (hk_page_push(page, b, key)) hk_heap_page_emptied(heap, page);
       return;
     }
     hk_free_to_cache(b, page, heap);

@@ -5,21 +5,6 @@
 
 #include <errno.h>
 
-/* The fast path saw a block that looks free already: confirm by walking the
- * page's lists (rare: live blocks almost never look free, see
- * hk_looks_free), then free it as the fast path would have. */
-void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b) {
-  if (hk_foreign_tagged(page, b) || hk_page_contains_free(page, b)) hk_fatal("double free detected", b);
-  hk_free_local_push(heap, page, b);
-}
-
-void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b) {
-  hk_block *first = page->free;
-  hk_link_set(b, first, page->key);
-  page->free = b;
-  if ((int32_t)--page->used < 0) hk_heap_page_emptied(heap, page);
-}
-
 /* The header of the mapping p lies in, or NULL if hakmem did not map it. */
 hk_region *hk_region_lookup(const void *p) {
   if (hk_region_is_ours((uintptr_t)p)) return hk_region_of(p);

@@ -9,11 +9,6 @@
 #include <sched.h>
 #include <string.h>
 
-void hk_heap_fork_lock(void);
-void hk_heap_fork_unlock(void);
-void hk_heap_fork_child(void);
-
-uintptr_t hk_key;
 _Atomic int hk_init_state;
 static __thread int initializing __attribute__((tls_model("initial-exec")));
 
@@ -45,7 +40,7 @@ void hk_init(void) {
   if ((k >> 48) < 0x100) k |= (uint64_t)0xa5c3 << 48;
   hk_key = (uintptr_t)k;
   hk_region_init();
-  hk_thread_init_key();
+  hk_purger_init(hk_pressure_purge_pass, hk_pressure_pending);
   atomic_store_explicit(&hk_init_state, 2, memory_order_release);
   /* may allocate: malloc is fully usable from here on */
 #if HAKMEM_OVERRIDE
@@ -83,11 +78,10 @@ void hk_fork_handlers_register(void) {
 __attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }
 
 /* Lock order: purger, late heap, heap pool, abandoned pages, large cache,
- * the region lists in order, the arena, all taken after waiting for the
- * remote frees that are giving pages back (hk_reclaim_fork_prepare). From
- * then until the parent or child handler, this thread holds every lock
- * (hk_fork_holder, internal.h). */
-__thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
+ * the region lists in order, the region records, the arena, all taken
+ * after waiting for the remote frees that are giving pages back
+ * (hk_reclaim_fork_prepare). From then until the parent or child handler,
+ * this thread holds every lock (hk_fork_holder, sync.h). */
 
 void hk_fork_prepare(void) {
   hk_reclaim_fork_prepare();

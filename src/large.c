@@ -203,10 +203,6 @@ static void place_guards(hk_region *r) {
 static hk_region *map_large(size_t need, size_t align) {
   hk_space_check();
   hk_region *r = hk_os_map_aligned(need, align);
-  if (r == NULL) {
-    hk_release_for_retry(need);
-    r = hk_os_map_aligned(need, align);
-  }
   if (r != NULL && !hk_region_map_prepare(r)) {
     hk_os_unmap(r, need);
     r = NULL;
@@ -323,7 +319,7 @@ static size_t data_offset(size_t align) {
 static size_t data_page(const hk_region *r) { return hk_secure ? r->user_offset : HK_OS_PAGE; }
 
 void *hk_large_alloc(size_t size, size_t align, bool zero) {
-  if (size > ((size_t)1 << 46) || align > ((size_t)1 << 40)) {
+  if (size > HK_MAX_REQUEST || align > ((size_t)1 << 40)) {
     errno = ENOMEM;
     return NULL;
   }
@@ -437,7 +433,7 @@ static void resize_asked(hk_region *r, size_t size) {
 
 /* Resize in place or move with mremap. NULL: the caller copies. */
 void *hk_large_realloc(hk_region *r, void *p, size_t size) {
-  if (size > ((size_t)1 << 46)) return NULL;
+  if (size > HK_MAX_REQUEST) return NULL;
   size_t need = round_page(r->user_offset + size);
   if (hk_secure) { /* guards stay where they are: in place if it fits, else copy */
     if (need + HK_GUARD > r->map_size) return NULL;

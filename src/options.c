@@ -3,6 +3,9 @@
  * `environ` is scanned by hand: this runs inside the first malloc. */
 #include "internal.h"
 
+bool hk_secure;      /* HAKMEM_SECURE >= 1 (hk_init sets both from hk_opt.secure) */
+bool hk_secure_zero; /* HAKMEM_SECURE == 2 */
+
 #include <string.h>
 
 extern char **environ;
@@ -110,6 +113,7 @@ void hk_options_init(void) {
       hk_os_write_stderr("\n", 1);
     }
   }
+  hk_verbose = hk_opt.verbose != 0;
 }
 
 void hk_options_print(void) {

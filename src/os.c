@@ -2,6 +2,9 @@
  * malloc/free fast path. */
 #include "internal.h"
 
+/* The thread inside fork() that holds every allocator lock (sync.h). */
+__thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -221,4 +224,13 @@ void hk_os_write_stderr(const char *s, size_t n) {
     s += w;
     n -= (size_t)w;
   }
+}
+
+bool hk_verbose; /* HAKMEM_VERBOSE (set by hk_options_init) */
+
+void hk_warning(const char *msg) {
+  if (!hk_verbose) return;
+  hk_os_write_stderr("hakmem: warning: ", 17);
+  hk_os_write_stderr(msg, strlen(msg));
+  hk_os_write_stderr("\n", 1);
 }

@@ -32,7 +32,7 @@ HK_API HK_HOT void free_sized(void *p, size_t size) { (void)size; hk_free_fast(p
 HK_API void free_aligned_sized(void *p, size_t align, size_t size) { (void)align; (void)size; hk_free_fast(p); }
 HK_API void cfree(void *p) { hk_free_fast(p); }
 HK_API int malloc_trim(size_t pad) { return hak_malloc_trim(pad); }
-HK_API void malloc_stats(void) { hk_stats_print(); }
+HK_API void malloc_stats(void) { hk_stats_report(); }
 
 /* glibc's internal names, called directly by a few programs and libraries. */
 HK_API HK_HOT void *__libc_malloc(size_t size) { return hk_malloc_fast(size); }

@@ -8,6 +8,8 @@
  * memory it has handed out. */
 #include "internal.h"
 
+uintptr_t hk_key; /* set once by hk_init: random, high bits set */
+
 #include <string.h>
 
 /* A fresh key for each page (re)initialisation: a leaked or guessed link
@@ -35,8 +37,11 @@ size_t hk_color_offset(void) {
   return (size_t)64 * ((++counter * 37u) % HK_COLORS);
 }
 
-uintptr_t hk_page_span_start(const hk_page *page) {
-  return hk_region_base(page) + (uintptr_t)hk_page_slab(page) * HK_SLAB_SIZE;
+int hk_page_reclaimed(hk_page *page) {
+  if (hk_page_state(page) != HK_PAGE_RECLAIMED) return HK_PAGE_KEPT;
+  if (hk_load_acquire(&page->reclaiming)) return HK_PAGE_BUSY;
+  hk_page_init(page, page->cls);
+  return HK_PAGE_WAS_RECLAIMED;
 }
 
 void hk_page_init(hk_page *page, unsigned cls) {

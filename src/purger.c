@@ -29,9 +29,14 @@ static void nap_ms(long ms) {
   }
 }
 
-static bool pending(void) {
-  return hk_region_pending() || hk_large_pending() || hk_abandoned_empty() != 0 || hk_spares_pending() ||
-         atomic_load_explicit(&hk_abandoned_hint, memory_order_acquire);
+/* The pass and its test (pressure.c), given at initialisation: the purger
+ * sits below the tiers it purges and knows none of them. */
+static void (*purge_pass)(void);
+static bool (*purge_pending)(void);
+
+void hk_purger_init(void (*pass)(void), bool (*pending)(void)) {
+  purge_pass = pass;
+  purge_pending = pending;
 }
 
 static void *purger_main(void *arg) {
@@ -43,15 +48,11 @@ static void *purger_main(void *arg) {
   if (period < 10) period = 10;
   for (;;) {
     nap_ms(period);
-    hk_spares_expire(false);
-    hk_region_purge(false);
-    hk_large_trim(false);
-    hk_abandoned_sweep(true, false);
-    hk_heap_reap();
+    purge_pass();
     /* Go idle only if nothing is left; a release racing with this either
      * shows up in pending() or sees idle == 1 and signals. */
     atomic_store(&idle, 1);
-    if (pending()) {
+    if (purge_pending()) {
       atomic_store(&idle, 0);
       continue;
     }

@@ -13,133 +13,6 @@
 
 #include <string.h>
 
-/* The arena's slots and the region records (below); taken inside a
- * region list's lock, never the other way round. */
-static pthread_mutex_t arena_lock = PTHREAD_MUTEX_INITIALIZER;
-_Atomic(_Atomic uint64_t *) hk_region_map[HK_MAP_LEAVES];
-/* Leaves for the first few TiB-ranges mappings land in (arena_lock): a
- * process's mappings lie in one or two. */
-#define MAP_LEAF_WORDS (((size_t)1 << HK_MAP_LEAF_SHIFT) / 64)
-#define MAP_STATIC_LEAVES 4
-static _Atomic uint64_t map_leaf_pool[MAP_STATIC_LEAVES][MAP_LEAF_WORDS];
-static unsigned map_leaves_used;
-
-/* ---- the arena (see internal.h) ----
- * Reserved once, at initialisation: HAKMEM_ARENA_MB (64 GiB) of address
- * space, or a quarter as much, and so on, if the system refuses (RLIMIT_AS). Reserving costs no
- * memory and no commit charge; a region slot is committed when a region
- * needs it and decommitted when the region is given back (one mmap each,
- * as mapping and unmapping a region cost before). Slot 0 stays unused. */
-/* Until the arena is reserved, and for good if it never is, the base is
- * the first address of the upper half of the address space: from there no
- * user address p is less than 64 GiB ahead (p - base wraps to at least
- * 2^63), so every lookup (hk_arena_slab) finds p outside the arena and
- * takes the slow path, which reads no table. (A zero table in .bss would
- * do the same at the price of 8 MiB of address space, which counts against
- * RLIMIT_AS and RLIMIT_DATA.) */
-char *hk_arena_base = (char *)((uintptr_t)1 << 63);
-#define ARENA_REGIONS (HK_ARENA_SLABS / HK_SLABS)
-_Atomic size_t hk_arena_slots;                 /* slots reserved, slot 0 included (read by hk_region_of) */
-static size_t arena_next = 1;                  /* slots below this were used once */
-_Atomic bool hk_space_tight;
-void hk_space_check(void) { atomic_store_explicit(&hk_space_tight, hk_os_space_tight(), memory_order_relaxed); }
-_Atomic bool hk_arena_shrunk;                   /* some slots are holes (hk_region_of) */
-_Atomic uint64_t hk_arena_holes[HK_ARENA_REGIONS / 64];
-static uint64_t arena_free[ARENA_REGIONS / 64]; /* bit i: slot i (< arena_next) is decommitted */
-
-static void arena_init(void) {
-  size_t want = (size_t)hk_opt.arena_mb / (HK_REGION_SIZE >> 20);
-  for (size_t n = want < ARENA_REGIONS ? want : ARENA_REGIONS; n >= 2; n /= 4) {
-    char *table = hk_os_reserve(HK_PAGE_TABLE_BYTES + n * HK_REGION_SIZE, HK_REGION_SIZE);
-    if (table == NULL) continue;
-    char *base = table + HK_PAGE_TABLE_BYTES;
-    /* the table (zero: untouched entries take no memory), and slot 0's
-     * header, which reads as zeros: the page of every unused table entry */
-    if (!hk_os_commit(table, HK_PAGE_TABLE_BYTES) || !hk_os_commit(base, HK_OS_PAGE)) {
-      hk_os_unmap(table, HK_PAGE_TABLE_BYTES + n * HK_REGION_SIZE);
-      return;
-    }
-    hk_arena_base = base;
-    hk_arena_slots = n;
-    return;
-  }
-}
-
-/* A free slot of the arena, or NULL; under arena_lock. The caller commits
- * it after releasing the lock (region_new). */
-static hk_region *arena_take(void) {
-  size_t slot = 0;
-  for (size_t w = 0; w < (arena_next + 63) / 64; w++)
-    if (arena_free[w]) {
-      slot = w * 64 + (size_t)__builtin_ctzll(arena_free[w]);
-      arena_free[w] &= arena_free[w] - 1;
-      break;
-    }
-  if (slot == 0) {
-    if (arena_next >= hk_arena_slots) return NULL;
-    slot = arena_next++;
-  }
-  return (hk_region *)(hk_arena_base + slot * HK_REGION_SIZE);
-}
-
-/* Under arena_lock: slot r is free again (decommitted, or never committed). */
-static void arena_give(hk_region *r) {
-  size_t slot = (size_t)((char *)r - hk_arena_base) / HK_REGION_SIZE;
-  arena_free[slot / 64] |= (uint64_t)1 << (slot % 64);
-}
-
-/* Out of memory: unmap the arena's reserved slots that hold no region (the
- * never used and the given back), whose reservation counts against an
- * address-space limit (RLIMIT_AS) as much as a mapping does. They are not
- * committed again (a mapping of the program's may be there by then):
- * regions mapped there later are found as those beyond the arena are. */
-bool hk_arena_shrink(void) {
-  hk_lock(&arena_lock);
-  bool shrunk = false;
-  for (size_t w = 0; w < (arena_next + 63) / 64; w++) {
-    for (uint64_t m = arena_free[w]; m != 0; m &= m - 1) {
-      size_t slot = w * 64 + (size_t)__builtin_ctzll(m);
-      /* a hole from now on: whatever lands there keeps its header at its
-       * base (hk_region_of), so marked before the unmap */
-      atomic_store_explicit(&hk_arena_shrunk, true, memory_order_release);
-      atomic_fetch_or_explicit(&hk_arena_holes[slot / 64], (uint64_t)1 << (slot % 64), memory_order_release);
-      hk_os_unmap(hk_arena_base + slot * HK_REGION_SIZE, HK_REGION_SIZE);
-      shrunk = true;
-    }
-    arena_free[w] = 0;
-  }
-  /* slot 0 holds no region: only its first page, the zero record every
-   * unused table entry leads to, is read (no mapping of ours can start at
-   * its base while that page is there) */
-  static bool slot0_trimmed;
-  if (hk_arena_slots != 0 && !slot0_trimmed) {
-    hk_os_unmap(hk_arena_base + HK_OS_PAGE, HK_REGION_SIZE - HK_OS_PAGE);
-    slot0_trimmed = true;
-    shrunk = true;
-  }
-  if (hk_arena_slots > arena_next) {
-    size_t old = hk_arena_slots;
-    hk_arena_slots = arena_next; /* (before the unmap, as above) */
-    hk_os_unmap(hk_arena_base + arena_next * HK_REGION_SIZE, (old - arena_next) * HK_REGION_SIZE);
-    shrunk = true;
-  }
-  hk_unlock(&arena_lock);
-  return shrunk;
-}
-
-static bool in_arena(const hk_region *r) {
-  return hk_arena_slots != 0 && (uintptr_t)((const char *)r - hk_arena_base) < hk_arena_slots * HK_REGION_SIZE;
-}
-
-/* Point the table entries of slabs first..first+n-1 of r at page (offset
- * from the base), or at nothing (0). Slabs beyond the table have none. */
-static void table_set(hk_region *r, unsigned first, unsigned n, const hk_page *page) {
-  uintptr_t slab = hk_arena_slab(hk_region_base(r) + (uintptr_t)first * HK_SLAB_SIZE);
-  if (slab >= HK_ARENA_SLABS || slab + n > HK_ARENA_SLABS) return;
-  uintptr_t v = page ? (uintptr_t)((const char *)page - hk_arena_base) : 0;
-  for (unsigned k = 0; k < n; k++) atomic_store_explicit(&hk_page_table()[slab + k], v, memory_order_relaxed);
-}
-
 /* Bits first .. first+n-1. */
 static hk_slabmask slab_bits(unsigned first, unsigned n) {
   return (n >= 64 ? ~(hk_slabmask)0 : (((hk_slabmask)1 << n) - 1)) << first;
@@ -185,9 +58,10 @@ typedef struct hk_region_info {
  * 1.02x in two 7-run A/Bs, 2026-11-26). */
 
 /* One per region that can exist at once: the arena's, or as many outside
- * it (HAKMEM_ARENA_MB set low). Untouched entries cost no memory. Under
- * arena_lock. */
-static hk_region_info info_pool[ARENA_REGIONS];
+ * it (HAKMEM_ARENA_MB set low). Untouched entries cost no memory. Taken and
+ * given back under info_lock, inside a region list's lock. */
+static pthread_mutex_t info_lock = PTHREAD_MUTEX_INITIALIZER;
+static hk_region_info info_pool[HK_ARENA_REGIONS];
 static size_t info_used;            /* entries handed out at least once */
 static hk_region_info *info_free;   /* given back, linked through next */
 
@@ -274,7 +148,7 @@ void hk_region_init(void) {
     pthread_mutex_init(&list_locks[k].m, NULL);
 #endif
   }
-  arena_init();
+  hk_arena_init();
 }
 
 /* A run of committed free slabs of len slabs may exist in l now. */
@@ -293,41 +167,6 @@ static void note_run(hk_region_info *r, unsigned i) {
 static void mark_dirty(hk_region_info *r, hk_slabmask run) {
   if (r->dirty_mask == 0) r->purge_at_ms = hk_os_now_ms() + (uint64_t)hk_opt.purge_delay_ms;
   r->dirty_mask |= run;
-}
-
-bool hk_region_map_prepare(const void *base) {
-  uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
-  if (idx >> HK_MAP_BITS) return false; /* above the supported address space */
-  _Atomic(_Atomic uint64_t *) *slot = &hk_region_map[idx >> HK_MAP_LEAF_SHIFT];
-  if (atomic_load_explicit(slot, memory_order_acquire) != NULL) return true;
-  hk_lock(&arena_lock);
-  if (atomic_load_explicit(slot, memory_order_relaxed) == NULL) {
-    _Atomic uint64_t *leaf = map_leaves_used < MAP_STATIC_LEAVES
-                                 ? map_leaf_pool[map_leaves_used++]
-                                 : hk_os_map_aligned(MAP_LEAF_WORDS * sizeof(uint64_t), HK_OS_PAGE);
-    atomic_store_explicit(slot, leaf, memory_order_release);
-  }
-  hk_unlock(&arena_lock);
-  return atomic_load_explicit(slot, memory_order_acquire) != NULL;
-}
-
-static _Atomic uint64_t *map_word(void *base) {
-  uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
-  _Atomic uint64_t *leaf = atomic_load_explicit(&hk_region_map[idx >> HK_MAP_LEAF_SHIFT], memory_order_acquire);
-  return leaf + ((idx & (((uintptr_t)1 << HK_MAP_LEAF_SHIFT) - 1)) >> 6);
-}
-
-/* (base: a mapping made after hk_region_map_prepare, or moved by mremap,
- * whose new place may need a leaf too) */
-void hk_region_register(void *base) {
-  if (!hk_region_map_prepare(base)) hk_fatal("out of memory for its map of mappings", base);
-  uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
-  atomic_fetch_or_explicit(map_word(base), (uint64_t)1 << (idx & 63), memory_order_release);
-}
-
-void hk_region_unregister(void *base) {
-  uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
-  atomic_fetch_and_explicit(map_word(base), ~((uint64_t)1 << (idx & 63)), memory_order_release);
 }
 
 static void list_unlink(hk_region_info *r) {
@@ -365,18 +204,30 @@ static void list_if_full(hk_region_info *r) {
   }
 }
 
-/* Caller holds l's lock. The slot and its record are taken under
- * arena_lock, the region is committed (a system call) after it: two
- * threads that grew at once waited for each other's commit (big_mixed, 2
- * threads: 6 futex waits on arena_lock in its 52 ms). */
-static hk_region_info *region_new(region_list *l) {
-  hk_lock(&arena_lock);
+static hk_region_info *info_take(void) {
+  hk_lock(&info_lock);
   hk_region_info *info = info_free;
   if (info != NULL) info_free = info->next;
-  else if (info_used < ARENA_REGIONS) info = &info_pool[info_used++];
-  hk_region *slot = info != NULL ? arena_take() : NULL; /* (no record left: 64 GiB of small regions) */
-  hk_unlock(&arena_lock);
+  else if (info_used < HK_ARENA_REGIONS) info = &info_pool[info_used++];
+  hk_unlock(&info_lock);
+  return info; /* (NULL: no record left, 64 GiB of small regions) */
+}
+static void info_give(hk_region_info *info) {
+  hk_lock(&info_lock);
+  info->r = NULL;
+  info->list = NULL;
+  info->next = info_free;
+  info_free = info;
+  hk_unlock(&info_lock);
+}
+
+/* Caller holds l's lock. The region is committed (a system call) after the
+ * record and the slot are taken, outside their locks: two threads that grow
+ * at once do not wait for each other's commit. */
+static hk_region_info *region_new(region_list *l) {
+  hk_region_info *info = info_take();
   if (info == NULL) return NULL;
+  hk_region *slot = hk_arena_take();
   hk_space_check();
   hk_region *r = slot;
   if (r != NULL && !hk_os_commit(r, HK_REGION_SIZE)) r = NULL;
@@ -386,14 +237,11 @@ static hk_region_info *region_new(region_list *l) {
     r = NULL;
   }
   if (r == NULL || (slot != NULL && r != slot)) { /* the slot, and the record if nothing was mapped, go back */
-    hk_lock(&arena_lock);
-    if (slot != NULL) arena_give(slot);
+    if (slot != NULL) hk_arena_give(slot);
     if (r == NULL) {
-      info->next = info_free;
-      info_free = info;
+      info_give(info);
+      return NULL;
     }
-    hk_unlock(&arena_lock);
-    if (r == NULL) return NULL;
   }
   if (hk_secure) hk_os_guard((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD); /* catches overflows into the next region */
   r = hk_region_of(r); /* in the arena, the header moves into slab 0 */
@@ -417,18 +265,13 @@ static void region_delete(hk_region_info *info) {
   hk_region *r = info->r;
   list_unlink(info);
   hk_region_unregister(r);
-  table_set(r, 0, HK_SLABS, NULL);
+  hk_arena_table_set(r, 0, HK_SLABS, NULL);
   r = (hk_region *)hk_region_base(r);
-  bool arena = in_arena(r);
+  bool arena = hk_arena_contains(r);
   if (arena) hk_os_decommit(r, HK_REGION_SIZE);
   else hk_os_unmap(r, HK_REGION_SIZE);
-  hk_lock(&arena_lock);
-  info->r = NULL;
-  info->list = NULL;
-  info->next = info_free;
-  info_free = info;
-  if (arena) arena_give(r);
-  hk_unlock(&arena_lock);
+  info_give(info);
+  if (arena) hk_arena_give(r);
   hk_stat_add(regions_unmapped, 1);
   atomic_fetch_sub_explicit(&hk_stats.regions_live, 1, memory_order_relaxed);
 }
@@ -708,7 +551,8 @@ static hk_page *take_span(region_list *l, span_pick pick, unsigned n, hk_slabmas
   return &best->r->pages[i];
 }
 
-hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsigned room, unsigned home) {
+hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsigned room, unsigned home,
+                              bool *grew_purged) {
   region_list *l = &lists[home % list_count];
   list_take(l);
   due_purge(l);
@@ -747,8 +591,8 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
   memset(page, 0, sizeof(hk_page));
   page->nslabs = (uint8_t)n;
   link_tail(page, 1, n);
-  table_set(hk_page_region(page), hk_page_slab(page), n, page);
-  if (grew == GREW_PURGED) hk_spares_trim(); /* the heaps' spares beyond HK_SPARE_BYTES too */
+  hk_arena_table_set(hk_page_region(page), hk_page_slab(page), n, page);
+  *grew_purged = grew == GREW_PURGED;
   return page;
 }
 
@@ -846,7 +690,7 @@ void hk_region_lend_slabs(hk_page *page, unsigned lend) {
   unsigned i = hk_page_slab(page);
   for (unsigned m = lend; m != 0; m &= m - 1) {
     unsigned s = i + (unsigned)__builtin_ctz(m);
-    table_set(reg, s, 1, NULL);
+    hk_arena_table_set(reg, s, 1, NULL);
     hk_page_clear_carved(&reg->pages[s]);
     reg->pages[s].back = 0; /* its own record: bound 0, no live page */
   }
@@ -857,7 +701,10 @@ void hk_region_lend_slabs(hk_page *page, unsigned lend) {
 }
 
 void hk_region_free_span(hk_page *page) { free_span(page, true); }
-void hk_region_free_span_purged(hk_page *page) { free_span(page, false); }
+void hk_region_free_span_purged(hk_page *page) {
+  hk_os_purge((void *)hk_page_span_start(page), hk_page_span_bytes(page));
+  free_span(page, false);
+}
 
 /* Resizing a span in place (a block alone in its span, see hk_realloc). */
 bool hk_region_grow_span(hk_page *page, unsigned n) {
@@ -883,7 +730,7 @@ bool hk_region_grow_span(hk_page *page, unsigned n) {
   l->epoch_low += n - old;
   hk_unlock(list_lock(l));
   link_tail(page, old, n);
-  table_set(reg, i + old, n - old, page);
+  hk_arena_table_set(reg, i + old, n - old, page);
   page->nslabs = (uint8_t)n;
   return true;
 }
@@ -935,12 +782,15 @@ void hk_region_usage(size_t *mapped, size_t *in_use, size_t *peak) {
   *peak = p;
 }
 
-/* fork: every list, then the arena (the order everywhere else too). */
+/* fork: every list, then the records, then the arena (the order
+ * everywhere else too). */
 void hk_region_fork_lock(void) {
   for (unsigned k = 0; k < list_count; k++) hk_lock(list_lock(&lists[k]));
-  hk_lock(&arena_lock);
+  hk_lock(&info_lock);
+  hk_arena_fork_lock();
 }
 void hk_region_fork_unlock(void) {
-  hk_unlock(&arena_lock);
+  hk_arena_fork_unlock();
+  hk_unlock(&info_lock);
   for (unsigned k = list_count; k-- > 0;) hk_unlock(list_lock(&lists[k]));
 }

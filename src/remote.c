@@ -159,7 +159,6 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
     hk_purger_notify_free();
 }
 
-HK_INLINE hk_block *cache_next(const hk_block *b) { return (hk_block *)((&b->link)[1] ^ hk_key); }
 
 /* Give the cached blocks of class cls back to their pages but the `keep` most
  * recently freed ones. A run of blocks of one page goes back in one push;
@@ -174,29 +173,26 @@ static void cache_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
     h->cache_first[cls] = NULL;
   } else {
     hk_block *cut = h->cache_first[cls];
-    for (uint32_t i = 1; i < keep; i++) cut = cache_next(cut);
-    b = cache_next(cut);
+    for (uint32_t i = 1; i < keep; i++) cut = hk_cache_next(cut);
+    b = hk_cache_next(cut);
     (&cut->link)[1] = hk_key; /* (NULL) */
   }
   h->cache_bytes -= (held - keep) * hk_class_size[cls];
   h->cache_room[cls] = (uint16_t)(hk_class_cache_max[cls] - keep);
   while (b != NULL) {
     hk_page *page = hk_page_of(hk_region_of(b), b);
-    hk_block *first = b, *last = b, *next = cache_next(b);
+    hk_block *first = b, *last = b, *next = hk_cache_next(b);
     uint32_t n = 1;
     /* (every `next` is read before its block is pushed: then the owner may
      * reuse it) */
     while (next != NULL && hk_page_of(hk_region_of(next), next) == page) {
       hk_link_set(last, next, page->key);
       last = next;
-      next = cache_next(next);
+      next = hk_cache_next(next);
       n++;
     }
     if (atomic_load_explicit(&page->heap, memory_order_relaxed) == h) {
-      hk_link_set(last, page->free, page->key);
-      page->free = first;
-      page->used -= n;
-      if ((int32_t)page->used < 0) hk_heap_page_emptied(h, page); /* (as in hk_free_to_page) */
+      if (hk_page_push_run(page, first, last, n, page->key)) hk_heap_page_emptied(h, page);
     } else {
       remote_push(page, first, last, n);
       h->stats.remote_frees += n;
@@ -219,17 +215,6 @@ void hk_cache_flush_all(hk_heap *h) {
     if (h->cache_first[c] != NULL) cache_flush_keep(h, c, 0);
 }
 
-/* b: the class's first cached block */
-HK_INLINE void *cache_pop(hk_heap *h, size_t cls, hk_block *b) {
-  h->cache_first[cls] = cache_next(b);
-  h->cache_room[cls]++;
-  h->cache_bytes -= hk_class_size[cls];
-  b->link = 0; /* a live block must not look free */
-  (&b->link)[1] = 0;
-  h->stats.cache_reused++;
-  return b;
-}
-
 /* Every 64 blocks taken from the cache (in cache mode: only then does
  * malloc take any). A thread that takes its blocks from here may not search
  * pages for a long time, so it notes the time (see owner_idle). And a
@@ -237,31 +222,15 @@ HK_INLINE void *cache_pop(hk_heap *h, size_t cls, hk_block *b) {
  * last time leaves cache mode and sends the cache back to the pages: a
  * thread that caches mostly its own frees (e.g. once its one remote owner
  * is idle) runs faster on its pages. */
-static HK_NOINLINE void *cache_pop_noting_time(hk_heap *h, size_t cls, hk_block *b) {
+HK_NOINLINE void *hk_cache_pop_noting_time(hk_heap *h, size_t cls, hk_block *b) {
   hk_heap_note_active(h);
-  void *p = cache_pop(h, cls, b);
+  void *p = hk_cache_pop(h, cls, b);
   if (h->cache_remote < 16) { /* fewer than a quarter: back to the pages */
     h->free_owner = h;
     hk_cache_flush_all(h);
   }
   h->cache_remote = 0;
   return p;
-}
-
-void *hk_malloc_cached(size_t size, hk_heap *h) {
-  /* (small sizes first: one compare for them) */
-  size_t cls;
-  if (HK_LIKELY(size <= HK_LUT_MAX)) cls = hk_class_lut[(size + 7) >> 3];
-  else if (size <= HK_MEDIUM_MAX) cls = hk_size_class(size);
-  else return hk_malloc_slow(size, h);
-  hk_block *b = h->cache_first[cls];
-  if (b != NULL) {
-    /* (the clock in a call of its own: inlined here, its call would make
-     * every pop save and restore registers) */
-    if (HK_UNLIKELY((h->stats.cache_reused & 63) == 0)) return cache_pop_noting_time(h, cls, b);
-    return cache_pop(h, cls, b);
-  }
-  return hk_malloc_from(h, h->direct[cls], size);
 }
 
 /* Has the owner stopped allocating, by the freeing thread's clock? Both

@@ -12,8 +12,6 @@
 
 #include <string.h>
 
-bool hk_secure;
-bool hk_secure_zero;
 
 static uint8_t canary_byte(const hk_page *page, const hk_block *b) {
   return (uint8_t)((((uintptr_t)b ^ page->key) >> 17) | 1);

@@ -8,7 +8,11 @@
 #include "hakmem.h"
 
 hk_stats_t hk_stats;
-static hk_heap_stats exited; /* merged from exited threads, under hk_heap_lock */
+/* merged from exited threads (relaxed adds: a print reads a consistent
+ * enough sum, and a thread exiting needs no lock here) */
+static struct {
+  _Atomic uint64_t pages_acquired, pages_released, pages_adopted, remote_frees, cache_reused;
+} exited;
 
 void hk_stat_peak(_Atomic uint64_t *peak, uint64_t v) {
   uint64_t cur = atomic_load_explicit(peak, memory_order_relaxed);
@@ -16,14 +20,12 @@ void hk_stat_peak(_Atomic uint64_t *peak, uint64_t v) {
   }
 }
 
-void hk_stats_merge_heap(hk_heap *h) {
-  hk_lock(&hk_heap_lock);
-  exited.pages_acquired += h->stats.pages_acquired;
-  exited.pages_released += h->stats.pages_released;
-  exited.remote_frees += h->stats.remote_frees;
-  exited.pages_adopted += h->stats.pages_adopted;
-  exited.cache_reused += h->stats.cache_reused;
-  hk_unlock(&hk_heap_lock);
+void hk_stats_merge_heap(const hk_heap_stats *s) {
+  hk_add_relaxed(&exited.pages_acquired, s->pages_acquired);
+  hk_add_relaxed(&exited.pages_released, s->pages_released);
+  hk_add_relaxed(&exited.remote_frees, s->remote_frees);
+  hk_add_relaxed(&exited.pages_adopted, s->pages_adopted);
+  hk_add_relaxed(&exited.cache_reused, s->cache_reused);
 }
 
 static void line(const char *name, uint64_t v, const char *unit) {
@@ -40,26 +42,21 @@ static void line(const char *name, uint64_t v, const char *unit) {
 
 #define LOAD(f) atomic_load_explicit(&hk_stats.f, memory_order_relaxed)
 
-void hk_stats_print(void) {
-  hk_heap_stats t = exited;
-  hk_heap *h = hk_tls_heap;
-  if (h != &hk_heap_empty) {
-    t.pages_acquired += h->stats.pages_acquired;
-    t.pages_released += h->stats.pages_released;
-    t.remote_frees += h->stats.remote_frees;
-    t.pages_adopted += h->stats.pages_adopted;
-    t.cache_reused += h->stats.cache_reused;
-  }
-  static const char head[] = "hakmem: statistics (hakmem 0.1.0)\n";
+void hk_stats_print(const hk_usage *u) {
+  hk_heap_stats t = u->self;
+  t.pages_acquired += hk_load_relaxed(&exited.pages_acquired);
+  t.pages_released += hk_load_relaxed(&exited.pages_released);
+  t.remote_frees += hk_load_relaxed(&exited.remote_frees);
+  t.pages_adopted += hk_load_relaxed(&exited.pages_adopted);
+  t.cache_reused += hk_load_relaxed(&exited.cache_reused);
+  static const char head[] = "hakmem: statistics (hakmem " HK_VERSION_STRING ")\n";
   hk_os_write_stderr(head, sizeof head - 1);
   hk_os_write_stderr("hakmem: small/medium tier (size classes)\n", 41);
   line("regions mapped", LOAD(regions_mapped), NULL);
   line("regions unmapped", LOAD(regions_unmapped), NULL);
   line("regions peak", LOAD(regions_peak), "x 4 MiB");
-  size_t mapped, in_use, peak;
-  hk_region_usage(&mapped, &in_use, &peak);
-  line("slabs in use", in_use / HK_SLAB_SIZE, "x 64 KiB");
-  line("slabs peak (the lists' peaks summed)", peak / HK_SLAB_SIZE, "x 64 KiB");
+  line("slabs in use", u->region_in_use / HK_SLAB_SIZE, "x 64 KiB");
+  line("slabs peak (the lists' peaks summed)", u->region_peak / HK_SLAB_SIZE, "x 64 KiB");
   line("slabs purged", LOAD(slabs_purged), "x 64 KiB");
   line("purge calls (madvise)", LOAD(purge_calls), NULL);
   line("growth purges", LOAD(growth_purges), NULL);
@@ -70,7 +67,7 @@ void hk_stats_print(void) {
   line("pages acquired (this+exited threads)", t.pages_acquired, NULL);
   line("pages released", t.pages_released, NULL);
   line("pages adopted from exited threads", t.pages_adopted, NULL);
-  line("empty pages of exited threads kept now", hk_abandoned_empty(), NULL);
+  line("empty pages of exited threads kept now", u->abandoned_empty, NULL);
   line("empty pages of exited threads given back", LOAD(abandoned_released), NULL);
   line("empty pages of exited threads trimmed", LOAD(abandoned_trimmed), NULL);
   line("spare spans given back after a purge delay", LOAD(spares_released), NULL);
@@ -95,33 +92,3 @@ void hk_stats_print(void) {
   hk_options_print();
 }
 
-__attribute__((destructor)) static void stats_at_exit(void) {
-  if (hk_opt.stats) hk_stats_print();
-}
-
-/* mallinfo2: small/medium regions are the arena; large mappings are hblkhd,
- * except those held by the large-block cache, which count as free. */
-HK_API struct mallinfo2 hak_mallinfo2(void) {
-  struct mallinfo2 mi;
-  size_t mapped, in_use, peak;
-  memset(&mi, 0, sizeof mi);
-  hk_region_usage(&mapped, &in_use, &peak);
-  size_t large, cached;
-  hk_large_usage(&large, &cached);
-  size_t live_large = large > cached ? large - cached : 0;
-  mi.arena = mapped;                      /* bytes in small/medium regions */
-  mi.hblkhd = live_large;                 /* bytes in live large mappings */
-  mi.hblks = atomic_load_explicit(&hk_stats.large_allocs, memory_order_relaxed) -
-             atomic_load_explicit(&hk_stats.large_frees, memory_order_relaxed);
-  mi.uordblks = in_use + live_large;      /* bytes in pages in use + live large blocks */
-  mi.fordblks = (mapped > in_use ? mapped - in_use : 0) + cached;
-  return mi;
-}
-
-/* mallopt: hakmem is configured through HAKMEM_* variables; every request is
- * accepted and has no effect, like glibc's answer for a known parameter. */
-HK_API int hak_mallopt(int param, int value) {
-  (void)param;
-  (void)value;
-  return 1;
-}

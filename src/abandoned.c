@@ -1,0 +1,191 @@
+/* Abandoned pages: the pages of exited threads, on a list per class, from
+ * which threads that need a page of the class adopt them. Empty ones are
+ * kept for adoption for a purge delay, then given back to their regions. */
+#include "internal.h"
+
+#include <sched.h>
+
+_Atomic uint32_t hk_abandoned_hint;
+static hk_page_queue abandoned[HK_NCLASSES]; /* abandoned_lock(class) */
+static _Atomic uint32_t abandoned_count[HK_NCLASSES];
+static _Atomic uint32_t abandoned_empty; /* empty pages on the abandoned lists */
+static _Atomic uint32_t abandoned_empty_in[HK_NCLASSES]; /* the same, per class */
+/* One lock per class: threads that start (adopt) and threads that exit
+ * (hk_abandon_page) wait for each other only over pages of one class. All
+ * zero (glibc's PTHREAD_MUTEX_INITIALIZER): in .bss, no page written until
+ * a class's lock is used. */
+static struct {
+  pthread_mutex_t m;
+} __attribute__((aligned(64))) abandoned_locks[HK_NCLASSES] = {[0 ... HK_NCLASSES - 1] = {PTHREAD_MUTEX_INITIALIZER}};
+HK_INLINE pthread_mutex_t *abandoned_lock(unsigned cls) { return &abandoned_locks[cls].m; }
+
+static void reset_kept(hk_page *p);
+static void note_empty(hk_page *page, uint64_t now) {
+  reset_kept(page);
+  page->idle_ms = now | 1; /* never 0, which means "not empty" */
+  atomic_fetch_add_explicit(&abandoned_empty, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&abandoned_empty_in[page->cls], 1, memory_order_relaxed);
+}
+
+static void forget_empty(unsigned cls) {
+  atomic_fetch_sub_explicit(&abandoned_empty, 1, memory_order_relaxed);
+  atomic_fetch_sub_explicit(&abandoned_empty_in[cls], 1, memory_order_relaxed);
+}
+
+/* An empty page of several slabs (blocks above 8 KiB) whose class has an
+ * empty page kept already goes back to its region, purged, instead of
+ * joining the list: the threads that start next take one page a class
+ * each, and if every empty page were kept, they would take them in turn,
+ * each with the OS pages its earlier owners wrote, and the memory kept
+ * would grow with the number of threads run. Pages of one slab are all
+ * kept: giving them back costs a madvise and page faults for each, more
+ * than the memory is worth. A page with lent slabs is kept: they are not
+ * its to purge. */
+static bool surplus_empty(const hk_page *page) {
+  return page->nslabs > 1 && !page->lent && atomic_load_explicit(&abandoned_empty_in[page->cls], memory_order_relaxed) != 0;
+}
+
+/* An exiting thread's page joins the abandoned list of its class, even
+ * when it is empty: a thread that starts later and uses the class adopts
+ * it, blocks carved and memory committed where the class carves. Given
+ * back to its region at once, the span would go to whichever class takes
+ * it next, at whatever offset, and under thread churn slabs would end up
+ * committed all over for a few blocks each. Empty abandoned pages go back
+ * after the purge delay (hk_abandoned_sweep). */
+void hk_abandon_page(hk_page *page) {
+  for (;;) {
+    if (hk_page_reclaimed(page) == HK_PAGE_BUSY) {
+      sched_yield(); /* a freer is purging it: a system call's wait */
+      continue;
+    }
+    if (hk_page_collect(page, HK_PAGE_ABANDONED) != HK_COLLECT_RECLAIMED) break;
+  }
+  hk_page_set_state(page, HK_USED_NORMAL);
+  page->held = 0; /* (the heap's held_bytes goes with the heap) */
+  atomic_store_explicit(&page->heap, NULL, memory_order_release);
+  page->idle_ms = 0;
+  if (hk_page_used(page) == 0) {
+    if (surplus_empty(page)) {
+      hk_region_free_span_purged(page);
+      hk_stat_add(abandoned_released, 1);
+      return;
+    }
+    note_empty(page, hk_os_now_ms());
+  }
+  hk_lock(abandoned_lock(page->cls));
+  hk_list_push_back(&abandoned[page->cls], page);
+  atomic_fetch_add_explicit(&abandoned_count[page->cls], 1, memory_order_relaxed);
+  /* A remote free may have landed between the collect and now. */
+  if (atomic_load_explicit(&page->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)
+    atomic_store_explicit(&hk_abandoned_hint, 1, memory_order_release);
+  hk_unlock(abandoned_lock(page->cls));
+}
+
+/* ---- empty abandoned pages, kept for adoption ----
+ * Under thread churn such a page is adopted again within the purge delay,
+ * again and again, and never goes back to its region, so every block some
+ * thread ever used in it would stay committed (a new owner pops whichever
+ * block was freed last). So an empty page starts over when it is noted
+ * empty: its free list is rebuilt as a fresh page's, carving from the
+ * start, which writes only memory the page used first; the purger then
+ * gives back the rest of the span (trim_kept) and the inside of its free
+ * medium blocks, off the exiting thread's path. Not in hardened mode, whose
+ * pages carve in random order. */
+static void reset_kept(hk_page *p) {
+  if (hk_secure || p->lent || p->capacity <= hk_extend_blocks(p->block_size)) return; /* as fresh; lent slabs are not its own */
+  hk_page_init(p, p->cls);
+  hk_page_extend(p);
+  atomic_store_explicit(&p->remote, HK_PAGE_ABANDONED, memory_order_relaxed);
+  p->untrimmed = 1;
+}
+
+/* Purger only (it makes system calls), under the class's abandoned_lock. */
+static void trim_kept(hk_page *p) {
+  if (hk_page_trim_tail(p)) hk_stat_add(abandoned_trimmed, 1);
+  if (p->block_size >= HK_PURGE_BLOCK_MIN && !hk_secure_zero) hk_page_purge_free_blocks(p);
+}
+
+/* Collect the remote frees of abandoned pages (when a hint says some
+ * arrived) and note the pages that became empty; with trim, also give back
+ * the pages empty for a purge delay (all empty ones with force). Trim runs
+ * in the purger and in malloc_trim. */
+void hk_abandoned_sweep(bool trim, bool force) {
+  bool hinted = atomic_load_explicit(&hk_abandoned_hint, memory_order_relaxed) &&
+                atomic_exchange_explicit(&hk_abandoned_hint, 0, memory_order_acq_rel);
+  if (!hinted && !(trim && atomic_load_explicit(&abandoned_empty, memory_order_relaxed))) return;
+  uint64_t now = hk_os_now_ms(), delay = force ? 0 : (uint64_t)hk_opt.purge_delay_ms;
+  hk_page *surplus = NULL;
+  for (unsigned c = 0; c < HK_NCLASSES; c++) {
+    /* (a page pushed after this test with remote frees on it sets the
+     * hint again, for the next sweep) */
+    if (atomic_load_explicit(&abandoned_count[c], memory_order_relaxed) == 0) continue;
+    hk_lock(abandoned_lock(c));
+    hk_page *next;
+    for (hk_page *p = abandoned[c].first; p != NULL; p = next) {
+      next = p->next;
+      if (atomic_load_explicit(&p->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK) {
+        hk_page_collect(p, HK_PAGE_ABANDONED);
+        if (hk_page_used(p) == 0 && p->idle_ms == 0) {
+          if (surplus_empty(p)) { /* (given back below, out of the lock) */
+            hk_list_remove(&abandoned[c], p);
+            atomic_fetch_sub_explicit(&abandoned_count[c], 1, memory_order_relaxed);
+            p->next = surplus;
+            surplus = p;
+            continue;
+          }
+          note_empty(p, now);
+        }
+      }
+      if (!trim || p->idle_ms == 0) continue;
+      /* now | 1: idle_ms is rounded up to odd, and a coarse clock (4 ms
+       * ticks) reads even: `now >=` alone never released a page noted
+       * empty in the same millisecond, even with force */
+      if ((now | 1) >= p->idle_ms + delay) {
+        hk_list_remove(&abandoned[c], p);
+        atomic_fetch_sub_explicit(&abandoned_count[c], 1, memory_order_relaxed);
+        forget_empty(c);
+        hk_stat_add(abandoned_released, 1);
+        hk_region_free_span(p);
+      } else {
+        trim_kept(p);
+      }
+    }
+    hk_unlock(abandoned_lock(c));
+  }
+  while (surplus != NULL) {
+    hk_page *next = surplus->next;
+    hk_region_free_span_purged(surplus);
+    hk_stat_add(abandoned_released, 1);
+    surplus = next;
+  }
+}
+
+uint32_t hk_abandoned_empty(void) { return atomic_load_explicit(&abandoned_empty, memory_order_relaxed); }
+
+hk_page *hk_abandoned_adopt(hk_heap *h, unsigned cls) {
+  if (atomic_load_explicit(&abandoned_count[cls], memory_order_relaxed) == 0) return NULL;
+  hk_lock(abandoned_lock(cls));
+  hk_page *p = abandoned[cls].first;
+  if (p != NULL) {
+    hk_list_remove(&abandoned[cls], p);
+    atomic_fetch_sub_explicit(&abandoned_count[cls], 1, memory_order_relaxed);
+  }
+  hk_unlock(abandoned_lock(cls));
+  if (p == NULL) return NULL;
+  if (p->idle_ms != 0) {
+    p->idle_ms = 0;
+    forget_empty(cls);
+  }
+  atomic_store_explicit(&p->heap, hk_owner_tag(h), memory_order_release);
+  hk_page_collect(p, HK_PAGE_NORMAL);
+  h->stats.pages_adopted++;
+  return p;
+}
+
+/* fork: every class's lock */
+void hk_abandoned_fork_lock(void) {
+  for (unsigned c = 0; c < HK_NCLASSES; c++) hk_lock(abandoned_lock(c));
+}
+void hk_abandoned_fork_unlock(void) {
+  for (unsigned c = 0; c < HK_NCLASSES; c++) hk_unlock(abandoned_lock(c));
+}

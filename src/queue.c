@@ -1,0 +1,385 @@
+/* A heap's pages: for each size class a queue of pages whose first page,
+ * the current one, serves the malloc fast path; the full list of pages with
+ * no free block; the malloc slow path that finds or makes a page with a
+ * free block; and what happens to a page that empties.
+ *
+ * Only the owner thread touches its heap's queues and full list, without a
+ * lock; other threads reach its pages only through their remote stacks
+ * (remote.c) and the heap's remote_hint. */
+#include "internal.h"
+
+#include <errno.h>
+
+hk_page hk_page_empty = {.used = (uint32_t)HK_USED_NORMAL}; /* no blocks, normal state */
+hk_heap hk_heap_empty = {.free_owner = HK_NO_OWNER(&hk_heap_empty), /* (not NULL: abandoned pages) */
+                         .by_size = {[0 ... HK_LUT_SLOTS - 1] = &hk_page_empty},
+                         .direct = {[0 ... HK_NCLASSES - 1] = &hk_page_empty}};
+__thread hk_heap *hk_tls_heap __attribute__((tls_model("initial-exec"))) = &hk_heap_empty;
+
+
+void hk_heap_full_remove(hk_heap *h, hk_page *p) {
+  hk_list_remove(&h->full, p);
+  hk_page_set_state(p, HK_USED_NORMAL);
+}
+
+/* The current page is the first of the class queue; direct[] exposes it to
+ * the malloc fast path. In hardened mode direct[] stays empty so every
+ * malloc takes the slow path, where the checks are. */
+void hk_heap_set_direct(hk_heap *h, unsigned cls, hk_page *page) {
+  /* a held page (hk_heap_page_emptied) stops being one; the old page is not
+   * read: it may have been released to another thread already */
+  if (h->direct[cls] != page) {
+    h->held_bytes -= h->held[cls];
+    h->held[cls] = 0;
+  }
+  if (page != &hk_page_empty && page->nslabs == 1) hk_page_set_state(page, HK_USED_CURRENT);
+  h->direct[cls] = page;
+  /* the lookup table's slots of this class are consecutive */
+  for (unsigned i = hk_class_lut_first[cls]; i < HK_LUT_SLOTS && hk_class_lut[i] == cls; i++) h->by_size[i] = page;
+}
+
+/* The page stops being current (it stays live and queued): free() may now
+ * find it empty. */
+static void uncurrent(hk_page *p) {
+  if (p != NULL && hk_page_is_current(p)) hk_page_set_state(p, HK_USED_NORMAL);
+}
+
+void hk_heap_set_current(hk_heap *h, unsigned cls) {
+  hk_page *first = h->queues[cls].first;
+  hk_heap_set_direct(h, cls, first && !hk_secure ? first : &hk_page_empty);
+}
+
+/* An empty page left in its class's queue (hk_heap_page_emptied) stops
+ * being held: it is taken, or given up. */
+static void unhold(hk_heap *h, hk_page *page) {
+  if (!page->held) return;
+  page->held = 0;
+  h->held_bytes -= page->capacity * page->block_size;
+}
+
+void hk_heap_release_page(hk_heap *h, hk_page *page) {
+  unhold(h, page);
+  h->stats.pages_released++;
+  hk_region_free_span(page);
+}
+/* An empty page leaves its class: kept as a spare (spares.c), or given
+ * back to its region. */
+static void retire_page(hk_heap *h, hk_page *page) {
+  unhold(h, page);
+  if (!hk_spare_put(h, page)) hk_heap_release_page(h, page);
+}
+
+/* ---- full pages ---- */
+
+/* Put a page on the full list (its state word already says FULL). */
+static void full_push(hk_heap *h, hk_page *page) {
+  hk_page_set_state(page, HK_USED_FULL);
+  hk_list_push_front(&h->full, page);
+}
+
+/* Park a page with no free block on the full list, so the page search does
+ * not revisit it. Fails if a remote free arrived meanwhile: the state and the
+ * remote stack share one word, so a remote freer either sees FULL (and sets
+ * remote_hint) or its block is seen here. */
+static bool park_full(hk_heap *h, hk_page *page) {
+  uintptr_t expect = HK_PAGE_NORMAL;
+  hk_page_park_note(page, hk_page_used(page));
+  if (!atomic_compare_exchange_strong_explicit(&page->remote, &expect, HK_PAGE_FULL,
+                                               memory_order_acq_rel, memory_order_relaxed))
+    return false;
+  hk_list_remove(&h->queues[page->cls], page);
+  full_push(h, page);
+  return true;
+}
+
+static void unpark(hk_heap *h, hk_page *page) {
+  hk_heap_full_remove(h, page);
+  hk_list_push_back(&h->queues[page->cls], page);
+}
+
+/* Bring back full pages that received remote frees. The hint is cleared
+ * before the scan so a free racing with it sets it again. */
+void hk_heap_rescue_full(hk_heap *h) {
+  atomic_store_explicit(&h->remote_hint, 0, memory_order_seq_cst);
+  hk_page *next;
+  for (hk_page *p = h->full.first; p != NULL; p = next) {
+    next = p->next;
+    int r = hk_page_reclaimed(p);
+    if (r == HK_PAGE_BUSY) atomic_store_explicit(&h->remote_hint, 1, memory_order_relaxed); /* look again */
+    if (r != HK_PAGE_KEPT) {
+      if (r == HK_PAGE_WAS_RECLAIMED) {
+        hk_heap_full_remove(h, p);
+        retire_page(h, p);
+      }
+      continue;
+    }
+    if (!(atomic_load_explicit(&p->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)) continue;
+    if (hk_page_collect(p, HK_PAGE_NORMAL) == HK_COLLECT_RECLAIMED) { /* just now: next scan */
+      atomic_store_explicit(&h->remote_hint, 1, memory_order_relaxed);
+      continue;
+    }
+    unpark(h, p);
+    if (hk_page_used(p) == 0) {
+      hk_list_remove(&h->queues[p->cls], p);
+      retire_page(h, p);
+    }
+  }
+}
+
+/* Called by free() when a page became empty, or when it received a block
+ * while parked on the full list. */
+#define SWAP_SLABS 4
+void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
+  unsigned cls = page->cls;
+  if (hk_page_parked(page)) {
+    /* The state word says FULL: return it to NORMAL, taking any remote
+     * blocks along, before the page rejoins the queue. */
+    if (hk_page_collect(page, HK_PAGE_NORMAL) == HK_COLLECT_RECLAIMED) return; /* a stray free's doing */
+    unpark(h, page);
+  }
+  /* Each class keeps at most one empty page, as its current page, so a
+   * malloc/free loop does not churn pages. An empty single-slab current
+   * page stays; an emptied page of up to SWAP_SLABS slabs replaces a
+   * current page that has no free block (e.g. 64 or 256 KiB blocks, one per
+   * page: fixed_256k +16 % against retiring it; a colour slab, which holds
+   * no data, does not count: +14 %). A larger current page that empties
+   * stays too, "held", while the carved bytes of the heap's held pages stay
+   * within HK_HELD_BYTES: that bounds what an idle thread keeps (without a
+   * bound, fragmentation's RSS 1 s after freeing all rose from 7.8 to 12.1
+   * MiB; with it, 8.1). Giving such pages up at once cost a thread that
+   * keeps a few medium blocks per class live a page search and a new page
+   * every few operations, and their spans went back to the regions (with 32
+   * blocks of 8-32 KiB live a thread, mid_large_mt with 64 slots: 811k page
+   * acquisitions in 12M operations, 0.21x tcmalloc's speed; held: 0.91x,
+   * 2026-11-25). Not held: a page emptied by realloc moving its block to
+   * another class (the buffer is growing past it: realloc_growth held
+   * every class's page, peak RSS 15.7 -> 19.3 MiB), nor in hardened mode,
+   * whose direct[] does not track the current page. */
+  hk_page *cur = h->queues[cls].first;
+  if (hk_page_used(page) == 0 && page != cur) {
+    if (page->held) return; /* (cannot happen: nothing was taken from it) */
+    unsigned data_slabs = page->nslabs - hk_color_slabs(cls, page->nslabs);
+    uint32_t carved = page->capacity * page->block_size;
+    if (data_slabs <= SWAP_SLABS && cur != NULL && hk_list_end(cur->free) && cur->capacity == cur->reserved &&
+        hk_page_used(cur) != 0) {
+      hk_list_remove(&h->queues[cls], page);
+      uncurrent(cur);
+      hk_list_push_front(&h->queues[cls], page);
+    } else if (page->nslabs > 1 && !hk_secure && !h->moving && h->held_bytes + carved <= HK_HELD_BYTES) {
+      page->held = 1; /* stays queued: find_page takes it before a new span */
+      h->held_bytes += carved;
+      hk_purger_poke_free();
+      return;
+    } else {
+      hk_list_remove(&h->queues[cls], page);
+      retire_page(h, page);
+    }
+    hk_heap_set_current(h, cls);
+  } else if (hk_page_used(page) == 0 && page->nslabs > 1 && h->held[cls] == 0) {
+    /* the current page itself emptied: held (until set_direct replaces it) */
+    uint32_t carved = page->capacity * page->block_size;
+    if (!hk_secure && !h->moving && h->held_bytes + carved <= HK_HELD_BYTES) {
+      h->held[cls] = carved;
+      h->held_bytes += carved;
+      /* as a single-slab current page: it stays when it empties again
+       * (with one or two medium blocks of a class live, nearly every free
+       * of one came here; uncurrent() ends it) */
+      hk_page_set_state(page, HK_USED_CURRENT);
+    } else {
+      hk_list_remove(&h->queues[cls], page);
+      retire_page(h, page);
+      hk_heap_set_current(h, cls);
+    }
+  }
+  hk_purger_poke_free();
+}
+/* ---- the malloc slow path ---- */
+
+/* A new page of class cls: a spare span of the right length, else one from
+ * the regions. With room (a span block that may grow, see below), always
+ * from the regions, placed with that many free slabs after it: spares have
+ * no room after them (tried: realloc_growth peak RSS 23.0 -> 23.6 MiB). */
+static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned room) {
+  hk_page *page = room ? NULL : hk_spare_take(h, cls, nslabs);
+  /* the colour slab (sizeclass.c) of a span last used otherwise may hold
+   * committed memory that the block will not use: the heap's next pass over
+   * its medium pages (purge_blocks) gives it back (a spare of the same class
+   * has touched one OS page of it at most). At once, here, it cost a
+   * madvise per page taken: with random 64-256 KiB blocks, 32 live, a third
+   * of hakmem's time (5.5 -> 16.8 Mops/s with the other purges as they were). */
+  bool tail_dirty = page != NULL && page->cls != cls;
+  if (page == NULL) {
+    hk_slabmask dirty = 0;
+    bool grew = false;
+    page = hk_region_alloc_span(nslabs, cls, &dirty, room, h->region_list, &grew);
+    if (grew) hk_spares_trim(); /* the heaps' spares beyond HK_SPARE_BYTES go too */
+    tail_dirty = (dirty >> (nslabs - 1)) & 1;
+  }
+  if (page == NULL) return NULL;
+  hk_page_init(page, cls);
+  page->untrimmed = tail_dirty && hk_color_slabs(cls, nslabs);
+  atomic_store_explicit(&page->heap, hk_owner_tag(h), memory_order_release);
+  h->stats.pages_acquired++;
+  /* Every so often look at all parked pages: a hint can be lost when a page
+   * is abandoned and re-adopted while a remote free is in flight. */
+  if ((++h->fresh_count & 63) == 0) atomic_store_explicit(&h->remote_hint, 1, memory_order_relaxed);
+  return page;
+}
+
+static hk_page *make_current(hk_heap *h, unsigned cls, hk_page *p) {
+  unhold(h, p);
+  hk_page_queue *q = &h->queues[cls];
+  if (p != q->first) {
+    uncurrent(q->first);
+    hk_list_remove(q, p);
+    hk_list_push_front(q, p);
+  }
+  hk_heap_set_current(h, cls);
+  return p;
+}
+
+/* Find a page of class cls with a free block and make it current. Memory
+ * already handed out comes first: blocks freed into any page of the queue
+ * (locally or remotely), then pages of exited threads; only then are new
+ * blocks carved, and a new page taken last. */
+static hk_page *find_page(hk_heap *h, unsigned cls) {
+  /* the clock every 16th search only: 1.4 % of mid_large_mt's time when
+   * read on each; an owner idle for HK_IDLE_OWNER_MS by this measure makes
+   * fewer than 1600 page searches a second */
+  if ((++h->searches & 15) == 0) hk_heap_note_active(h);
+  h->class_searched[cls] = h->purge_passes;
+  if (atomic_load_explicit(&h->remote_hint, memory_order_acquire)) hk_heap_rescue_full(h);
+  hk_page_queue *q = &h->queues[cls];
+  hk_page *carvable = NULL;
+  for (int attempt = 0; attempt < 4; attempt++) {
+    hk_page *next;
+    for (hk_page *p = q->first; p != NULL; p = next) {
+      next = p->next;
+      if (hk_list_end(p->free) && (atomic_load_explicit(&p->remote, memory_order_relaxed) & ~HK_REMOTE_STATE_MASK))
+        hk_page_collect(p, HK_PAGE_NORMAL);
+      if (!hk_list_end(p->free)) return make_current(h, cls, p);
+      if (p->capacity < p->reserved) {
+        if (carvable == NULL) carvable = p;
+        continue;
+      }
+      if (!park_full(h, p)) hk_page_collect(p, HK_PAGE_NORMAL), next = p; /* retry it */
+    }
+    hk_page *p = hk_abandoned_adopt(h, cls);
+    if (p == NULL) break;
+    uncurrent(q->first);
+    hk_list_push_front(q, p);
+  }
+  if (carvable != NULL && hk_page_extend(carvable)) return make_current(h, cls, carvable);
+  /* about to take a new span: first give back the inside of free blocks
+   * (both calls made only when due: with one block a page, as for 64 KiB
+   * and more, this runs on nearly every malloc) */
+  if (hk_heap_purge_blocks_due(h)) hk_heap_purge_blocks(h, false);
+  if (atomic_load_explicit(&hk_abandoned_hint, memory_order_relaxed)) hk_abandoned_sweep(false, false);
+  hk_page *p = fresh_page(h, cls, hk_class_slabs[cls], 0);
+  if (p == NULL) {
+    hk_heap_set_current(h, cls);
+    return NULL;
+  }
+  uncurrent(q->first);
+  hk_list_push_front(q, p);
+  hk_page_extend(p);
+  hk_heap_set_current(h, cls);
+  return p;
+}
+
+/* A block of class cls for a request of `size` bytes, from the pages. */
+void *hk_heap_alloc(hk_heap *h, size_t size, unsigned cls) {
+  hk_page *page = h->queues[cls].first;
+  if (page == NULL || hk_list_end(page->free)) page = find_page(h, cls);
+  if (page == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  hk_block *b = hk_page_pop(page);
+  if (hk_secure) hk_secure_on_alloc(page, b, size);
+  return b;
+}
+/* ---- blocks alone in their span: resizable in place ----
+ * The classes whose block size is a whole number of slabs (64, 128, 192 KiB
+ * ... 1 MiB) have one block per page, and such a page is a span of n
+ * slabs holding one block of n * 64 KiB, plus one slab for its colour
+ * (sizeclass.c; not 1 MiB, nor a span block made by realloc, below).
+ * realloc can therefore resize it where it is: take the free slabs that
+ * follow it in its region, or give back its tail, and the page becomes a
+ * page of the class of its new length, coloured if it was. Copying a
+ * buffer that grows step by step through the medium sizes was the bulk of
+ * realloc's cost (realloc_growth: 1.3 GB copied in 120 rounds, memmove
+ * 26 % of the time). */
+bool hk_span_block(const hk_page *page) {
+  return page->reserved == 1 &&
+         page->block_size + (hk_color_slabs(page->cls, page->nslabs) << HK_SLAB_SHIFT) == hk_page_span_bytes(page);
+}
+
+static void span_block_sized(hk_page *page, unsigned color_slabs) {
+  uint32_t bs = hk_page_span_bytes(page) - (color_slabs << HK_SLAB_SHIFT);
+  page->cls = (uint8_t)hk_size_class(bs);
+  page->block_size = bs;
+  page->div_magic = hk_div_magic(bs);
+  hk_page_set_carved(page);
+}
+
+/* Resize h's span block `page` (its block live) to hold size bytes
+ * (HK_SLAB_SIZE / 2 < size <= HK_MEDIUM_MAX); false if the slabs after it
+ * are taken. The page must be parked on the full list first: its class,
+ * which indexes the queue it would be in, changes. */
+bool hk_heap_resize_span_block(hk_heap *h, hk_page *page, size_t size) {
+  unsigned color = hk_color_slabs(page->cls, page->nslabs);
+  unsigned n = (unsigned)((size + HK_SLAB_SIZE - 1) >> HK_SLAB_SHIFT);
+  /* a coloured block stays coloured: its new class must be one */
+  if (color && hk_class_colored[hk_size_class((size_t)n << HK_SLAB_SHIFT)] != HK_COLORED_SLAB) return false;
+  n += color;
+  if (n == page->nslabs) return true;
+  if (!hk_page_parked(page)) {
+    unsigned cls = page->cls;
+    bool was_current = h->queues[cls].first == page;
+    if (!hk_list_end(page->free) || !park_full(h, page)) return false;
+    if (was_current) hk_heap_set_current(h, cls);
+  }
+  if (n > page->nslabs) {
+    if (!hk_region_grow_span(page, n)) return false;
+  } else {
+    hk_region_shrink_span(page, n);
+  }
+  span_block_sized(page, color);
+  return true;
+}
+
+/* A new span block of at least size bytes, placed where it has as many
+ * free slabs after it as it takes (up to the largest span), so that it can
+ * grow in place. */
+void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
+  unsigned n = (unsigned)((size + HK_SLAB_SIZE - 1) >> HK_SLAB_SHIFT);
+  /* n * 64 KiB is a class size that fills n slabs (sizeclass.c; its own
+   * pages have a colour slab more, which a span block does without) */
+  unsigned cls = hk_size_class((size_t)n << HK_SLAB_SHIFT);
+  unsigned room = n < HK_MAX_SPAN_SLABS - n ? n : HK_MAX_SPAN_SLABS - n;
+  hk_page *page = fresh_page(h, cls, n, room);
+  if (page == NULL) return NULL;
+  hk_page_extend(page);
+  hk_block *b = hk_page_pop(page);
+  /* no other thread knows the page yet: park it directly */
+  hk_page_park_note(page, 1);
+  atomic_store_explicit(&page->remote, HK_PAGE_FULL, memory_order_relaxed);
+  full_push(h, page);
+  return b;
+}
+
+
+/* ---- frees into the thread's own pages, beyond the fast path ---- */
+
+/* The fast path saw a block that looks free already: confirm by walking the
+ * page's lists (rare: live blocks almost never look free, see
+ * hk_looks_free), then free it as the fast path would have. */
+void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b) {
+  if (hk_foreign_tagged(page, b) || hk_page_contains_free(page, b)) hk_fatal("double free detected", b);
+  hk_free_local_push(heap, page, b);
+}
+
+void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b) {
+  if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(heap, page);
+}

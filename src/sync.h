@@ -1,0 +1,53 @@
+/* hakmem's locks and atomics.
+ *
+ * Atomics go through the wrappers below, named for the ordering they give;
+ * a use that needs more (a compare-and-swap, an exchange, a fence) spells
+ * it out with its reason beside it.
+ *   relaxed: only the value matters and no other memory is read on its
+ *            account: statistics, hints that a later locked or acquiring
+ *            step revalidates, fields whose readers tolerate a stale value.
+ *   release/acquire: a writer publishes what it wrote before (a page's
+ *            records before its owner, a heap's tid before `live`, the
+ *            size-class tables before the initialisation state) to a reader
+ *            that acquires the same word.
+ */
+#ifndef HK_SYNC_H
+#define HK_SYNC_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <pthread.h>
+
+#pragma GCC visibility push(hidden)
+
+#define hk_load_relaxed(p) atomic_load_explicit((p), memory_order_relaxed)
+#define hk_store_relaxed(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
+#define hk_add_relaxed(p, n) atomic_fetch_add_explicit((p), (n), memory_order_relaxed)
+#define hk_sub_relaxed(p, n) atomic_fetch_sub_explicit((p), (n), memory_order_relaxed)
+#define hk_load_acquire(p) atomic_load_explicit((p), memory_order_acquire)
+#define hk_store_release(p, v) atomic_store_explicit((p), (v), memory_order_release)
+
+/* ---- the allocator's locks and fork() ----
+ * Every lock that hk_fork_prepare takes (init.c) is taken through these.
+ * Between hakmem's prepare handler and its parent or child handler, the
+ * forking thread holds them all, and the program's own fork handlers that
+ * run in that window (those registered before hakmem's: pthread_atfork
+ * runs prepare handlers last-registered first, the others first-registered
+ * first) may allocate and free. No other thread can be inside a part of the
+ * allocator these locks guard then, so the forking thread goes on as if it
+ * took each lock, instead of waiting for itself. (A heap's spare_lock is
+ * not among them: fork does not take it.) */
+extern __thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
+static inline __attribute__((always_inline)) void hk_lock(pthread_mutex_t *m) {
+  if (__builtin_expect(!hk_fork_holder, 1)) pthread_mutex_lock(m);
+}
+static inline __attribute__((always_inline)) void hk_unlock(pthread_mutex_t *m) {
+  if (__builtin_expect(!hk_fork_holder, 1)) pthread_mutex_unlock(m);
+}
+static inline __attribute__((always_inline)) bool hk_trylock(pthread_mutex_t *m) {
+  return hk_fork_holder || pthread_mutex_trylock(m) == 0;
+}
+
+#pragma GCC visibility pop
+
+#endif /* HK_SYNC_H */

@@ -1,0 +1,130 @@
+/* A thread's heap: made at the thread's first allocation, abandoned when
+ * the thread exits (a thread-specific-data destructor); and the malloc
+ * slow path, which starts from the thread's heap and retries once, after
+ * giving back what the caches hold, when memory runs out. */
+#include "internal.h"
+#include "fastpath.h"
+
+#include <errno.h>
+
+static pthread_key_t thread_key;
+static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+static bool thread_key_ready;
+static __thread bool heap_gone __attribute__((tls_model("initial-exec")));
+
+static void thread_done(void *arg);
+static void thread_key_make(void) { thread_key_ready = pthread_key_create(&thread_key, thread_done) == 0; }
+
+/* This thread's heap, made at its first allocation; NULL when out of
+ * memory, or once the thread's heap is gone (see hk_heap_alloc_late). */
+hk_heap *hk_heap_get(void) {
+  hk_heap *h = hk_tls_heap;
+  if (h != &hk_heap_empty) return h;
+  if (heap_gone) return NULL;
+  hk_init_check();
+  /* (in case the C library's pthread_create did not call calloc: init.c) */
+  hk_fork_handlers_check();
+  h = hk_heap_new();
+  if (h == NULL) {
+    hk_pressure_release(sizeof(hk_heap));
+    h = hk_heap_new();
+  }
+  if (h == NULL) return NULL;
+  hk_tls_heap = h;
+  /* After hk_tls_heap is set: pthread_setspecific may itself call calloc. */
+  pthread_once(&thread_key_once, thread_key_make);
+  if (thread_key_ready) pthread_setspecific(thread_key, h);
+  /* A second thread allocates: from now on free() cannot start the purger
+   * (purger.c), so it starts here, in this thread's first malloc. */
+  static _Atomic uint32_t heaps_made;
+  if (hk_add_relaxed(&heaps_made, 1) != 0) hk_purger_start();
+  hk_heap_reap();
+  return h;
+}
+
+static void thread_done(void *arg) {
+  hk_heap *h = hk_tls_heap;
+  (void)arg;
+  if (h == &hk_heap_empty) return;
+  hk_tls_heap = &hk_heap_empty;
+  heap_gone = true;
+  hk_store_relaxed(&h->live, 0);
+  hk_heap_abandon(h);
+  hk_abandoned_sweep(false, false);
+  hk_purger_poke();
+  hk_purger_start();
+}
+
+/* A large block; once more after giving back the caches if none can be
+ * mapped (not for a request no mapping can serve). */
+void *hk_alloc_large(size_t size, size_t align, bool zero) {
+  void *p = hk_large_alloc(size, align, zero);
+  if (HK_UNLIKELY(p == NULL) && size <= HK_MAX_REQUEST) {
+    hk_pressure_release(size + align);
+    p = hk_large_alloc(size, align, zero);
+  }
+  return p;
+}
+
+/* A block of class cls from h's pages (NULL: the shared heap of threads
+ * past their own, heap.c); once more after giving back the
+ * caches (other heaps' spares, abandoned pages, cached large mappings, the
+ * regions' free slabs) if no span can be had. */
+static void *alloc_from(hk_heap *h, size_t size, unsigned cls) {
+  void *p = h != NULL ? hk_heap_alloc(h, size, cls) : hk_heap_alloc_late(size, cls);
+  if (HK_UNLIKELY(p == NULL)) {
+    hk_pressure_release(HK_REGION_SIZE);
+    p = h != NULL ? hk_heap_alloc(h, size, cls) : hk_heap_alloc_late(size, cls);
+  }
+  hk_purger_poke(); /* (no allocator lock held here) */
+  return p;
+}
+
+/* malloc in cache mode (h->free_owner != h, remote.c): the class's cached
+ * blocks first, then its current page. */
+void *hk_malloc_cached(size_t size, hk_heap *h) {
+  /* (small sizes first: one compare for them) */
+  size_t cls;
+  if (HK_LIKELY(size <= HK_LUT_MAX)) cls = hk_class_lut[(size + 7) >> 3];
+  else if (size <= HK_MEDIUM_MAX) cls = hk_size_class(size);
+  else return hk_malloc_slow(size, h);
+  hk_block *b = h->cache_first[cls];
+  if (b != NULL) {
+    /* (the clock in a call of its own: inlined here, its call would make
+     * every pop save and restore registers) */
+    if (HK_UNLIKELY((h->stats.cache_reused & 63) == 0)) return hk_cache_pop_noting_time(h, cls, b);
+    return hk_cache_pop(h, cls, b);
+  }
+  return hk_malloc_from(h, h->direct[cls], size);
+}
+
+/* From the fast path (the class is computed here: the lookup table is empty
+ * before initialisation). */
+void *hk_malloc_slow(size_t size, hk_heap *h) {
+  /* hardened: the class must also hold the canary and the trailer */
+  size_t need = hk_secure ? size + HK_SECURE_EXTRA : size;
+  unsigned cls = need <= HK_MEDIUM_MAX && need >= size ? hk_size_class(need) : HK_NSIZES;
+  if (h == &hk_heap_empty) {
+    h = hk_heap_get();
+    if (h == NULL && heap_gone) return cls >= HK_NSIZES ? hk_alloc_large(size, 16, false) : alloc_from(NULL, size, cls);
+    if (h == NULL) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    cls = need <= HK_MEDIUM_MAX && need >= size ? hk_size_class(need) : HK_NSIZES; /* (the table is set now) */
+  }
+  if (cls >= HK_NSIZES || (HK_UNLIKELY(hk_load_relaxed(&hk_space_tight)) && need >= HK_TIGHT_LARGE_MIN))
+    return hk_alloc_large(size, 16, false);
+  return alloc_from(h, size, cls);
+}
+
+/* Explicit class (aligned allocation): hk_init has run. */
+void *hk_alloc_class(size_t size, unsigned cls) {
+  hk_heap *h = hk_heap_get();
+  if (h == NULL && heap_gone) return alloc_from(NULL, size, cls);
+  if (h == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  return alloc_from(h, size, cls);
+}

@@ -1,0 +1,368 @@
+/* hakmem's data structures and the constants of its geometry.
+ *
+ * Memory layout (docs/DESIGN.md has the full picture):
+ *
+ *   region (4 MiB, 4 MiB-aligned)
+ *   +--------+--------+--------+-----+--------+
+ *   | slab 0 | slab 1 | slab 2 | ... | slab 63|   slab = 64 KiB
+ *   +--------+--------+--------+-----+--------+
+ *     header   pages of blocks: a page is a span of 1..17 slabs
+ *     (hk_region with one hk_page per slab, 8 KiB; only the records of
+ *     slabs in use are touched)
+ *
+ *   large block (> 1 MiB, or alignment > 64 KiB): its own 4 MiB-aligned
+ *   mapping, header in the first 4 KiB, user data after it.
+ *
+ * free() finds a block's page in the page table of the arena, the address
+ * space reservation small regions come from; a bitmap with one bit per
+ * 4 MiB of address space says whether any other address is ours (large
+ * blocks, regions outside the arena). block.h holds the inline operations
+ * on these structures, internal.h every module's declarations.
+ */
+#ifndef HK_TYPES_H
+#define HK_TYPES_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+
+/* Everything declared below is internal to the library. -fvisibility=hidden
+ * covers only definitions; declaring the globals hidden too lets the fast
+ * paths load them directly (mov sym(%rip)) instead of through the GOT. */
+#pragma GCC visibility push(hidden)
+
+#define HK_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HK_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HK_INLINE static inline __attribute__((always_inline))
+#define HK_NOINLINE __attribute__((noinline))
+#define HK_COLD __attribute__((cold, noinline))
+#define HK_API __attribute__((visibility("default")))
+/* The entry points that inline a fast path start on a 256-byte boundary,
+ * so that their speed does not depend on where unrelated changes place
+ * them: the fast paths are short enough that a predictor indexed by code
+ * address can make free's loads of the page record wait on earlier stores
+ * at some placements, and none of the 256-byte-aligned ones does. */
+#define HK_HOT __attribute__((aligned(256)))
+
+/* ---- geometry ---- */
+/* Regions of 4 MiB: a thread's spans of 64 KiB-1 MiB find a fitting free
+ * run in few regions, and free runs are long, while a region's header
+ * (one record per slab) stays 8 KiB. */
+#define HK_REGION_SHIFT 22
+#define HK_REGION_SIZE ((uintptr_t)1 << HK_REGION_SHIFT)
+#define HK_REGION_MASK (HK_REGION_SIZE - 1)
+#define HK_SLAB_SHIFT 16
+#define HK_SLAB_SIZE ((uintptr_t)1 << HK_SLAB_SHIFT)
+#define HK_SLABS (1 << (HK_REGION_SHIFT - HK_SLAB_SHIFT)) /* per region; slab 0 holds the header */
+typedef uint64_t hk_slabmask;            /* one bit per slab of a region */
+_Static_assert(HK_SLABS <= 64, "a region's slabs fit in a mask");
+#define HK_REGION_LISTS_MIN 8            /* region lists of a lock each: one per CPU the process */
+#define HK_REGION_LISTS_MAX 64           /* may run on, within these bounds (region.c) */
+#define HK_MAX_SPAN_SLABS 16             /* largest page: 1 MiB */
+#define HK_OS_PAGE 4096
+#define HK_LARGE_HEADER 4096             /* bytes before a large block's data */
+#define HK_SPARE_MAX ((uint32_t)16 << 20)  /* empty spans a heap keeps for reuse (spares.c) */
+#define HK_SPARE_BYTES ((uint32_t)2 << 20) /* ... of which it keeps after a purge delay or a growth purge */
+#define HK_HELD_BYTES ((uint32_t)2 << 20)  /* emptied pages a heap keeps in their class queues (carved bytes) */
+
+/* Address space covered by the ownership bitmap (48-bit user space). */
+#define HK_VA_BITS 48
+#define HK_MAP_BITS (HK_VA_BITS - HK_REGION_SHIFT)
+/* The largest request any tier takes (64 TiB): beyond it, sizes that add a
+ * header or round up could wrap, and no mapping of it can succeed. */
+#define HK_MAX_REQUEST ((size_t)1 << 46)
+
+/* ---- size classes ----
+ * 8 B, then 16-byte steps up to 128 B (classes 0..8), then 8 classes per
+ * power of two (12.5 % apart) up to 1 MiB (classes 9..112): HK_NSIZES
+ * classes that sizes map to. Every block above 8 B is 16-aligned, as
+ * glibc's are: C++ compilers assume operator new's result is aligned to
+ * __STDCPP_DEFAULT_NEW_ALIGNMENT__ (16) and store to it with aligned SSE
+ * moves, and C programs rely on malloc's 16. The blocks of the classes
+ * from 9 to 60 KiB lie HK_CLASS_PAD bytes apart more than their size
+ * (sizeclass.c), and each of them has a twin class without that pad, for
+ * aligned allocation only: HK_NCLASSES classes in all. */
+#define HK_SMALL_MAX 128
+#define HK_SMALL_CLASSES 9               /* 8, 16, 32, ..., 128 */
+#define HK_LUT_MAX 1024                  /* sizes served by the lookup table */
+#define HK_LUT_SLOTS ((HK_LUT_MAX + 7) / 8 + 1) /* one per 8 bytes of size */
+#define HK_MEDIUM_MAX ((size_t)1 << 20)  /* largest size-class block */
+#define HK_NSIZES 113
+#define HK_PAD_FIRST 57                  /* 9 KiB: the first class of pages of several slabs */
+#define HK_PAD_LAST 79                   /* 60 KiB: the last class with pages of several blocks */
+#define HK_CLASS_PAD 64
+#define HK_NCLASSES (HK_NSIZES + HK_PAD_LAST - HK_PAD_FIRST + 1)
+#define HK_MAX_ALIGN_CLASS ((size_t)64 << 10) /* larger alignments go to the large tier */
+
+extern uint32_t hk_class_size[HK_NCLASSES];  /* what a block of the class holds (requests up to it) */
+extern uint32_t hk_class_block[HK_NCLASSES]; /* how far apart its blocks lie: the size, or size + HK_CLASS_PAD */
+extern uint8_t hk_class_twin[HK_NCLASSES];   /* a padded class's twin (0: none) */
+extern uint8_t hk_class_slabs[HK_NCLASSES];
+/* Non-zero: the class's pages hold one block that starts at one of
+ * HK_COLORS cache-line offsets into its span (page.c); the span has a slab
+ * more for that (HK_COLORED_SLAB) or wastes 4 KiB or more anyway */
+extern uint8_t hk_class_colored[HK_NCLASSES];
+enum { HK_COLORED_SLAB = 1, HK_COLORED_IN_SPAN = 2 };
+#define HK_COLORS 64
+extern uint8_t hk_class_lut[HK_LUT_SLOTS];
+extern uint8_t hk_class_lut_first[HK_NCLASSES];
+extern uint8_t hk_class_cache_max[HK_NCLASSES]; /* remote.c's thread cache per class, in blocks (0: none) */
+
+/* ---- blocks ----
+ * A free block's first word links to the next free block, XOR-ed with its
+ * page's secret key (hk_key mixed with the page address and a counter). The
+ * encoding lets free() recognise a block that is already free with one
+ * compare (hk_looks_free), and keeps a stray user write from being followed
+ * as a valid pointer. */
+typedef struct hk_block { uintptr_t link; } hk_block;
+
+/* ---- pages ----
+ * A page is a span of slabs serving one size class for one heap. The owner
+ * thread uses `free`, `used` and `capacity` without atomics; other threads
+ * only push onto `remote` (one CAS). The low two bits of `remote` hold the
+ * page's state, so a remote freer learns atomically whether the owner needs
+ * a hint (page parked as full) or nobody owns it (abandoned), and can swap
+ * the stack of a parked page it finds all free for "reclaimed" (remote.c);
+ * the top 16 bits count the stack's blocks. */
+enum { HK_PAGE_NORMAL = 0, HK_PAGE_FULL = 1, HK_PAGE_ABANDONED = 2, HK_PAGE_RECLAIMED = 3 };
+
+#define HK_REMOTE_STATE_MASK ((uintptr_t)3)
+/* bits 2..47: the top block of the stack; bits 48..63: how many blocks it
+ * holds, so the owner can take the whole stack without walking it */
+#define HK_REMOTE_COUNT_SHIFT 48
+#define HK_REMOTE_PTR_MASK ((((uintptr_t)1 << HK_REMOTE_COUNT_SHIFT) - 1) & ~HK_REMOTE_STATE_MASK)
+
+struct hk_heap;
+
+/* 128 bytes in two cache lines, split by who writes them. The first is
+ * fixed while the page serves a class: everything free() reads to validate
+ * a pointer and find the owner, read by every thread that frees into the
+ * page. The second is the owner's free list and count (malloc touches only
+ * this line) and the remote stack. Other threads' frees thus never read a
+ * line the owner keeps writing: with both in one line, every remote free
+ * was a cache miss on it (larson). */
+typedef struct hk_page {
+  /* bytes 0..15 are read for any slab index, including slab 0, whose slot
+   * holds the region header instead (zero there, see hk_region) */
+  _Atomic uint64_t carved_bound; /* free()'s test of a block start, see hk_is_carved_block;
+                                    0: no block carved, or not a live page. Grows while other
+                                    threads may read it (relaxed: a plain load) */
+  uint16_t back;             /* in a span's later slabs: bytes back to the head slab's hk_page */
+  uint8_t nslabs;            /* in a head slab: span length */
+  uint8_t cls;
+  uint32_t block_size;
+  uintptr_t start;           /* first block */
+  uint64_t div_magic;        /* hk_div_magic(block_size): the divisibility test's multiplier */
+  _Atomic(struct hk_heap *) heap; /* owner; NULL while abandoned */
+  uintptr_t key;             /* this page's free-list encoding key */
+  uintptr_t free_check;      /* key ^ the region's base: see hk_looks_free */
+  uint16_t reserved;         /* blocks that fit in the span */
+  uint16_t lent;             /* bit k: the span's slab k is lent back to its region while the page
+                                lives (heap.c, lend_free_slabs); never bit 0 */
+  _Atomic uint8_t reclaiming; /* a remote freer is giving the parked page back (remote.c) */
+  uint8_t untrimmed;         /* heap.c: its span beyond the carved blocks may hold memory to purge */
+  uint8_t held;              /* heap.c: an empty page left in its class's queue, in held_bytes */
+  uint8_t pad0[1];
+  /* second cache line */
+  hk_block *free;            /* owner's free list */
+  uint32_t used;             /* blocks handed out and not yet returned to `free`, plus a base
+                                that says whether the page is parked or current (see below) */
+  uint32_t capacity;         /* blocks carved so far (rest is untouched memory) */
+  uintptr_t free_key;        /* = key, for malloc, which reads only this line */
+  _Atomic uintptr_t remote;  /* remote-free stack | state */
+  struct hk_page *next, *prev; /* heap queue, full list or abandoned list */
+  uint64_t idle_ms;          /* abandoned and empty since (0: not empty), heap.c */
+  _Atomic uint64_t park;     /* parked full: (parks so far << 32) | blocks handed out (remote.c) */
+} hk_page;
+
+_Static_assert(sizeof(hk_page) == 128, "hk_page is two cache lines");
+_Static_assert(HK_SLAB_SIZE / 8 <= UINT16_MAX, "reserved fits a slab of the smallest blocks");
+
+
+/* `used` is the count of blocks handed out plus a base that depends on the
+ * page's state, chosen so that free's one test, "(int32_t)--used < 0"
+ * (compiled to a subtract in memory and a sign jump, where "<= 0" took five
+ * instructions), fires exactly when the slow path has work:
+ *   HK_USED_NORMAL  -1: the count going to 0 makes it negative (page empty);
+ *   HK_USED_FULL    -2^30: always negative: the page is parked on the full
+ *                   list and must rejoin its queue;
+ *   HK_USED_CURRENT 2^30 - 1: never negative: a single-slab page that is its
+ *                   class's current page just stays when it runs empty (with
+ *                   a few live blocks per class, as in thread_scaling's 64
+ *                   blocks over 23 classes, 6.5 % of frees made that call).
+ * A page holds at most 2^17 blocks, so the three ranges never meet. */
+#define HK_USED_NORMAL (-1)
+#define HK_USED_FULL (-(1 << 30))
+#define HK_USED_CURRENT ((1 << 30) - 1)
+_Static_assert(offsetof(hk_page, pad0) + sizeof(((hk_page *)0)->pad0) == 64 && offsetof(hk_page, free) == 64, "the two lines");
+
+/* An owner that has not looked for a page for this long is idle: a parked
+ * page of its that remote frees empty is given back by the last freer. */
+#define HK_IDLE_OWNER_MS 10
+
+/* ---- regions ----
+ * The header is the page array. Slab 0 holds the header itself, so
+ * pages[0] never describes a page; its slot carries the region's own fields
+ * instead, after 16 zero bytes that overlay pages[0].carved_bound and
+ * .back so that free() of a pointer into slab 0 (a large block's data, or
+ * garbage) sees "not a live page". */
+#define HK_MAGIC_REGION 0x686b7267u /* "hkrg" */
+enum { HK_KIND_SMALL = 1, HK_KIND_LARGE = 2 };
+enum { HK_LARGE_LIVE = 1, HK_LARGE_CACHED = 2 };
+
+typedef struct hk_region {
+  union {
+    hk_page pages[HK_SLABS];
+    struct {
+      uint64_t zero_guard[2];    /* = pages[0].carved_bound/back/nslabs/cls/block_size: always 0 */
+      uint32_t magic;
+      uint32_t kind;
+      struct hk_region_info *info; /* small regions: the span search's view (region.c) */
+      /* large blocks (large.c) */
+      struct hk_region *next, *prev; /* the cache, or the detached list */
+      size_t map_size;           /* bytes mapped from the region base */
+      size_t user_offset;        /* data starts at base + user_offset */
+      size_t user_size;          /* bytes requested */
+      uint32_t large_state;
+      uint16_t large_zero;       /* data is known to be zero (fresh mapping) */
+      uint16_t large_detached;   /* alignment >= 4 MiB: data is outside the header's
+                                    4 MiB unit; found through a list, not the bitmap */
+      size_t cached_resident;    /* in the cache: data bytes still committed (0 once purged) */
+      size_t block_end;          /* live: the block's usable bytes end at base + block_end; a
+                                    mapping reused whole keeps its tail beyond for a larger block */
+    };
+  };
+} hk_region;
+
+_Static_assert(sizeof(hk_page) <= HK_LARGE_HEADER, "a large block's header (slot 0) must fit in its 4 KiB");
+_Static_assert(offsetof(hk_region, block_end) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
+_Static_assert(sizeof(hk_region) == 8192 && 8 * sizeof(hk_region) <= HK_SLAB_SIZE, "a moved header stays in slab 0 (hk_region_of)");
+
+/* ---- the arena, its page table and the ownership map (arena.c) ---- */
+#define HK_ARENA_SLABS ((uintptr_t)1 << 20)        /* slabs in the arena: 64 GiB */
+#define HK_PAGE_TABLE_BYTES (HK_ARENA_SLABS * sizeof(uintptr_t))
+#define HK_ARENA_REGIONS (HK_ARENA_SLABS >> (HK_REGION_SHIFT - HK_SLAB_SHIFT))
+#define HK_HEADER_SPOTS 8u                         /* where an arena region's header may lie (hk_region_of) */
+/* The ownership map's leaves: 2^HK_MAP_LEAF_SHIFT bits (32 KiB, 1 TiB of
+ * address space) each, made when a mapping first lands in their range. */
+#define HK_MAP_LEAF_SHIFT 18
+#define HK_MAP_LEAVES ((size_t)1 << (HK_MAP_BITS - HK_MAP_LEAF_SHIFT))
+#define HK_PAGE_SHIFT 7 /* sizeof(hk_page) == 128 */
+
+/* ---- heaps: one per thread ---- */
+typedef struct hk_page_queue { hk_page *first, *last; } hk_page_queue;
+
+typedef struct hk_heap_stats {
+  uint64_t pages_acquired, pages_released, pages_adopted;
+  uint64_t remote_frees;   /* remote frees sent to their page: at once, or flushed from the cache */
+  uint64_t cache_reused;   /* freed blocks kept in the thread cache and handed out again */
+} hk_heap_stats;
+
+/* Freed blocks a heap keeps for its own mallocs (remote.c): at most
+ * this many bytes in all, and per class as hk_class_cache_max says. */
+#define HK_CACHE_BYTES ((uint32_t)256 << 10)
+#define HK_CACHE_CLASS_BYTES ((uint32_t)16 << 10)
+
+#define HK_GROWN_RING 16
+typedef struct hk_heap {
+  uint32_t cache_bytes;           /* bytes in the thread cache (cache_first[]) */
+  uint32_t cache_remote;          /* blocks of other heaps put into the cache since the last
+                                     check (remote.c: leaving cache mode) */
+  struct hk_heap *free_owner;     /* what free's fast path finds in page->heap for a block to
+                                     take its page's list: this heap, or in cache mode
+                                     HK_NO_OWNER(this heap), which no page holds (remote.c);
+                                     malloc's first test: is it this heap? */
+  hk_page *by_size[HK_LUT_SLOTS]; /* = direct[hk_class_lut[(size + 7) >> 3]]: malloc's
+                                     first load for sizes up to 1 KiB, without the table */
+  hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
+  uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
+  uint32_t searches;              /* page searches (find_page) */
+  hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
+  hk_block *cache_first[HK_NCLASSES]; /* the thread cache of freed blocks (remote.c): each class's
+                                     most recently freed first, linked through their second word */
+  uint16_t cache_room[HK_NCLASSES]; /* blocks the class may still take: hk_class_cache_max less those
+                                     it holds (0 in hk_heap_empty, and for a class without cache:
+                                     one test for all) */
+  hk_page_queue full;             /* parked full pages */
+  uint32_t held_bytes;            /* carved bytes of held pages: held[] and pages marked held */
+  uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:
+                                     its carved bytes then (0: not so), heap.c */
+  uint8_t moving;                 /* realloc is freeing the block it moved (heap.c) */
+  void *grown[HK_GROWN_RING];     /* blocks this thread's realloc grew last (alloc.c) */
+  uint32_t grown_next;
+  uint64_t block_purge_ms;        /* next pass over free medium blocks (purge_free_blocks) */
+  uint32_t growth_epoch;          /* hk_growth_epoch at that pass */
+  uint32_t purge_passes;          /* passes so far */
+  uint32_t purge_calls;           /* calls of the pass that may not be due (clock read on every 8th) */
+  uint32_t class_searched[HK_NCLASSES]; /* purge_passes at the class's last page search */
+  struct hk_heap *pool_next;      /* free heap pool */
+  hk_heap_stats stats;
+  /* what other threads read or write, on a line of its own: each remote
+   * free reads active_ms, which shared a line with counters and queue heads
+   * that the owner writes */
+  _Alignas(64) _Atomic uint64_t active_ms; /* when the owner last looked for a page, to 16 searches */
+  _Atomic uint32_t remote_hint;   /* a full page received a remote free */
+  /* Not zeroed when a heap is reused (heap_new zeroes what comes before
+   * remote_hint): the purger walks all_next and takes spare_lock at any time.
+   * (Until 2026-11-25 these lay in the zeroed part: each new heap cut the
+   * list after itself, so the purger and the growth purge saw the newest
+   * heap's spares only.) */
+  hk_page *spare[HK_SLABS];       /* empty spans kept for reuse by any class, by length in slabs
+                                     (singly linked; spare_lock: the purger takes old ones) */
+  uint32_t spare_bytes;           /* spare_lock */
+  pthread_mutex_t spare_lock;
+  struct hk_heap *all_next;       /* every heap ever made (heap.c: the purger's walk) */
+  uint32_t region_list;           /* its number: the region list its spans come from first is this
+                                     modulo the lists' count (region.c); fixed
+                                     for the heap's memory, so a thread that takes over an exited
+                                     thread's heap finds the spans its classes used */
+  /* the reaper's (heap.c, hk_heap_reap) */
+  _Atomic uint32_t live;          /* a thread owns it: a number of its own for each owner, 0 when none */
+  _Atomic int pid;                /* the process tid is a thread of: another one (a fork's
+                                     parent) means never reaped, see hk_heap_reap */
+  _Atomic int tid;                /* that thread's kernel id (0: never reaped: the shared late
+                                     heap, the parent's other threads' heaps in a forked child) */
+  _Atomic uint64_t reap_checked_ms; /* when the reaper last asked whether the thread is gone */
+} hk_heap;
+
+/* (bit 1: heaps are 64-byte aligned; hardened mode tags owners with bit 0) */
+#define HK_NO_OWNER(h) ((hk_heap *)((char *)(h) + 2)) /* (= h | 2; a constant for hk_heap_empty) */
+
+/* hardened mode (secure.c) */
+#define HK_SECURE_EXTRA 9         /* trailer word + at least one canary byte */
+#define HK_GUARD 4096             /* a PROT_NONE page */
+
+/* ---- options (options.c) ---- */
+typedef struct hk_options {
+  long stats;             /* HAKMEM_STATS */
+  long purge_delay_ms;    /* HAKMEM_PURGE_DELAY_MS */
+  long region_reserve;    /* HAKMEM_REGION_RESERVE */
+  long large_cache_mb;    /* HAKMEM_LARGE_CACHE_MB */
+  long large_cache_max;   /* HAKMEM_LARGE_CACHE_ENTRIES */
+  long verbose;           /* HAKMEM_VERBOSE */
+  long purge_thread;      /* HAKMEM_PURGE_THREAD */
+  long secure;            /* HAKMEM_SECURE */
+  long arena_mb;          /* HAKMEM_ARENA_MB */
+  long region_lists;      /* HAKMEM_REGION_LISTS */
+} hk_options;
+
+/* ---- statistics (stats.c) ---- */
+typedef struct hk_stats {
+  _Atomic uint64_t regions_mapped, regions_unmapped, regions_live, regions_peak;
+  _Atomic uint64_t slabs_purged, purge_calls, growth_purges;
+  _Atomic uint64_t abandoned_released; /* empty pages of exited threads given back */
+  _Atomic uint64_t abandoned_trimmed;  /* ... kept, their span's tail given back (heap.c, trim_kept) */
+  _Atomic uint64_t spares_released;    /* spare spans unused for a purge delay, given back by the purger */
+  _Atomic uint64_t pages_reclaimed;    /* full pages emptied by remote frees, given back by the freer */
+  _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
+  _Atomic uint64_t large_unmaps, large_remaps;
+  _Atomic uint64_t heaps_created, threads_exited, heaps_reaped;
+  _Atomic uint64_t blocks_purged, block_purge_bytes, slabs_lent;
+  _Atomic uint64_t spans_deferred;     /* spans given back while their list's lock was taken (region.c) */
+} hk_stats_t;
+
+#pragma GCC visibility pop
+
+#endif /* HK_TYPES_H */
