@@ -23,13 +23,13 @@ static void reset_kept(hk_page *p);
 static void note_empty(hk_page *page, uint64_t now) {
   reset_kept(page);
   page->idle_ms = now | 1; /* never 0, which means "not empty" */
-  atomic_fetch_add_explicit(&abandoned_empty, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&abandoned_empty_in[page->cls], 1, memory_order_relaxed);
+  hk_add_relaxed(&abandoned_empty, 1);
+  hk_add_relaxed(&abandoned_empty_in[page->cls], 1);
 }
 
 static void forget_empty(unsigned cls) {
-  atomic_fetch_sub_explicit(&abandoned_empty, 1, memory_order_relaxed);
-  atomic_fetch_sub_explicit(&abandoned_empty_in[cls], 1, memory_order_relaxed);
+  hk_sub_relaxed(&abandoned_empty, 1);
+  hk_sub_relaxed(&abandoned_empty_in[cls], 1);
 }
 
 /* An empty page of several slabs (blocks above 8 KiB) whose class has an
@@ -42,7 +42,7 @@ static void forget_empty(unsigned cls) {
  * than the memory is worth. A page with lent slabs is kept: they are not
  * its to purge. */
 static bool surplus_empty(const hk_page *page) {
-  return page->nslabs > 1 && !page->lent && atomic_load_explicit(&abandoned_empty_in[page->cls], memory_order_relaxed) != 0;
+  return page->nslabs > 1 && !page->lent && hk_load_relaxed(&abandoned_empty_in[page->cls]) != 0;
 }
 
 /* An exiting thread's page joins the abandoned list of its class, even
@@ -62,7 +62,7 @@ void hk_abandon_page(hk_page *page) {
   }
   hk_page_set_state(page, HK_USED_NORMAL);
   page->held = 0; /* (the heap's held_bytes goes with the heap) */
-  atomic_store_explicit(&page->heap, NULL, memory_order_release);
+  hk_store_release(&page->heap, NULL);
   page->idle_ms = 0;
   if (hk_page_used(page) == 0) {
     if (surplus_empty(page)) {
@@ -74,10 +74,10 @@ void hk_abandon_page(hk_page *page) {
   }
   hk_lock(abandoned_lock(page->cls));
   hk_list_push_back(&abandoned[page->cls], page);
-  atomic_fetch_add_explicit(&abandoned_count[page->cls], 1, memory_order_relaxed);
+  hk_add_relaxed(&abandoned_count[page->cls], 1);
   /* A remote free may have landed between the collect and now. */
-  if (atomic_load_explicit(&page->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)
-    atomic_store_explicit(&hk_abandoned_hint, 1, memory_order_release);
+  if (hk_load_acquire(&page->remote) & ~HK_REMOTE_STATE_MASK)
+    hk_store_release(&hk_abandoned_hint, 1);
   hk_unlock(abandoned_lock(page->cls));
 }
 
@@ -95,7 +95,7 @@ static void reset_kept(hk_page *p) {
   if (hk_secure || p->lent || p->capacity <= hk_extend_blocks(p->block_size)) return; /* as fresh; lent slabs are not its own */
   hk_page_init(p, p->cls);
   hk_page_extend(p);
-  atomic_store_explicit(&p->remote, HK_PAGE_ABANDONED, memory_order_relaxed);
+  hk_store_relaxed(&p->remote, HK_PAGE_ABANDONED);
   p->untrimmed = 1;
 }
 
@@ -110,25 +110,25 @@ static void trim_kept(hk_page *p) {
  * the pages empty for a purge delay (all empty ones with force). Trim runs
  * in the purger and in malloc_trim. */
 void hk_abandoned_sweep(bool trim, bool force) {
-  bool hinted = atomic_load_explicit(&hk_abandoned_hint, memory_order_relaxed) &&
+  bool hinted = hk_load_relaxed(&hk_abandoned_hint) &&
                 atomic_exchange_explicit(&hk_abandoned_hint, 0, memory_order_acq_rel);
-  if (!hinted && !(trim && atomic_load_explicit(&abandoned_empty, memory_order_relaxed))) return;
+  if (!hinted && !(trim && hk_load_relaxed(&abandoned_empty))) return;
   uint64_t now = hk_os_now_ms(), delay = force ? 0 : (uint64_t)hk_opt.purge_delay_ms;
   hk_page *surplus = NULL;
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
     /* (a page pushed after this test with remote frees on it sets the
      * hint again, for the next sweep) */
-    if (atomic_load_explicit(&abandoned_count[c], memory_order_relaxed) == 0) continue;
+    if (hk_load_relaxed(&abandoned_count[c]) == 0) continue;
     hk_lock(abandoned_lock(c));
     hk_page *next;
     for (hk_page *p = abandoned[c].first; p != NULL; p = next) {
       next = p->next;
-      if (atomic_load_explicit(&p->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK) {
+      if (hk_load_acquire(&p->remote) & ~HK_REMOTE_STATE_MASK) {
         hk_page_collect(p, HK_PAGE_ABANDONED);
         if (hk_page_used(p) == 0 && p->idle_ms == 0) {
           if (surplus_empty(p)) { /* (given back below, out of the lock) */
             hk_list_remove(&abandoned[c], p);
-            atomic_fetch_sub_explicit(&abandoned_count[c], 1, memory_order_relaxed);
+            hk_sub_relaxed(&abandoned_count[c], 1);
             p->next = surplus;
             surplus = p;
             continue;
@@ -142,7 +142,7 @@ void hk_abandoned_sweep(bool trim, bool force) {
        * empty in the same millisecond, even with force */
       if ((now | 1) >= p->idle_ms + delay) {
         hk_list_remove(&abandoned[c], p);
-        atomic_fetch_sub_explicit(&abandoned_count[c], 1, memory_order_relaxed);
+        hk_sub_relaxed(&abandoned_count[c], 1);
         forget_empty(c);
         hk_stat_add(abandoned_released, 1);
         hk_region_free_span(p);
@@ -160,15 +160,15 @@ void hk_abandoned_sweep(bool trim, bool force) {
   }
 }
 
-uint32_t hk_abandoned_empty(void) { return atomic_load_explicit(&abandoned_empty, memory_order_relaxed); }
+uint32_t hk_abandoned_empty(void) { return hk_load_relaxed(&abandoned_empty); }
 
 hk_page *hk_abandoned_adopt(hk_heap *h, unsigned cls) {
-  if (atomic_load_explicit(&abandoned_count[cls], memory_order_relaxed) == 0) return NULL;
+  if (hk_load_relaxed(&abandoned_count[cls]) == 0) return NULL;
   hk_lock(abandoned_lock(cls));
   hk_page *p = abandoned[cls].first;
   if (p != NULL) {
     hk_list_remove(&abandoned[cls], p);
-    atomic_fetch_sub_explicit(&abandoned_count[cls], 1, memory_order_relaxed);
+    hk_sub_relaxed(&abandoned_count[cls], 1);
   }
   hk_unlock(abandoned_lock(cls));
   if (p == NULL) return NULL;
@@ -176,7 +176,7 @@ hk_page *hk_abandoned_adopt(hk_heap *h, unsigned cls) {
     p->idle_ms = 0;
     forget_empty(cls);
   }
-  atomic_store_explicit(&p->heap, hk_owner_tag(h), memory_order_release);
+  hk_store_release(&p->heap, hk_owner_tag(h));
   hk_page_collect(p, HK_PAGE_NORMAL);
   h->stats.pages_adopted++;
   return p;

@@ -73,7 +73,7 @@ void *hk_realloc(void *p, size_t size) {
     hk_page *page = hk_page_of(r, p);
     if (hk_is_carved_block(page, (uintptr_t)p) &&
         hk_looks_free(page, (hk_block *)p) &&
-        atomic_load_explicit(&page->heap, memory_order_relaxed) == hk_owner_tag(hk_tls_heap) &&
+        hk_load_relaxed(&page->heap) == hk_owner_tag(hk_tls_heap) &&
         hk_page_contains_free(page, (hk_block *)p))
       hk_fatal("realloc() of a freed block", p);
   }
@@ -91,7 +91,7 @@ void *hk_realloc(void *p, size_t size) {
   if (r->kind != HK_KIND_LARGE && !hk_secure && size > HK_SLAB_SIZE / 2 && size <= HK_MEDIUM_MAX) {
     hk_page *page = hk_page_of(r, p);
     hk_heap *h = hk_tls_heap;
-    if (atomic_load_explicit(&page->heap, memory_order_relaxed) == h && hk_span_block(page) &&
+    if (hk_load_relaxed(&page->heap) == h && hk_span_block(page) &&
         hk_heap_resize_span_block(h, page, size)) {
       hk_purger_poke(); /* a shrink gave slabs back */
       return p;
@@ -234,8 +234,8 @@ HK_API struct mallinfo2 hak_mallinfo2(void) {
   size_t live_large = large > cached ? large - cached : 0;
   mi.arena = mapped;                      /* bytes in small/medium regions */
   mi.hblkhd = live_large;                 /* bytes in live large mappings */
-  mi.hblks = atomic_load_explicit(&hk_stats.large_allocs, memory_order_relaxed) -
-             atomic_load_explicit(&hk_stats.large_frees, memory_order_relaxed);
+  mi.hblks = hk_load_relaxed(&hk_stats.large_allocs) -
+             hk_load_relaxed(&hk_stats.large_frees);
   mi.uordblks = in_use + live_large;      /* bytes in pages in use + live large blocks */
   mi.fordblks = (mapped > in_use ? mapped - in_use : 0) + cached;
   return mi;

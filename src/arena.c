@@ -96,7 +96,7 @@ bool hk_arena_shrink(void) {
       size_t slot = w * 64 + (size_t)__builtin_ctzll(m);
       /* a hole from now on: whatever lands there keeps its header at its
        * base (hk_region_of), so marked before the unmap */
-      atomic_store_explicit(&hk_arena_shrunk, true, memory_order_release);
+      hk_store_release(&hk_arena_shrunk, true);
       atomic_fetch_or_explicit(&hk_arena_holes[slot / 64], (uint64_t)1 << (slot % 64), memory_order_release);
       hk_os_unmap(hk_arena_base + slot * HK_REGION_SIZE, HK_REGION_SIZE);
       shrunk = true;
@@ -132,28 +132,28 @@ void hk_arena_table_set(hk_region *r, unsigned first, unsigned n, const hk_page 
   uintptr_t slab = hk_arena_slab(hk_region_base(r) + (uintptr_t)first * HK_SLAB_SIZE);
   if (slab >= HK_ARENA_SLABS || slab + n > HK_ARENA_SLABS) return;
   uintptr_t v = page ? (uintptr_t)((const char *)page - hk_arena_base) : 0;
-  for (unsigned k = 0; k < n; k++) atomic_store_explicit(&hk_page_table()[slab + k], v, memory_order_relaxed);
+  for (unsigned k = 0; k < n; k++) hk_store_relaxed(&hk_page_table()[slab + k], v);
 }
 
 bool hk_region_map_prepare(const void *base) {
   uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
   if (idx >> HK_MAP_BITS) return false; /* above the supported address space */
   _Atomic(_Atomic uint64_t *) *slot = &hk_region_map[idx >> HK_MAP_LEAF_SHIFT];
-  if (atomic_load_explicit(slot, memory_order_acquire) != NULL) return true;
+  if (hk_load_acquire(slot) != NULL) return true;
   hk_lock(&arena_lock);
-  if (atomic_load_explicit(slot, memory_order_relaxed) == NULL) {
+  if (hk_load_relaxed(slot) == NULL) {
     _Atomic uint64_t *leaf = map_leaves_used < MAP_STATIC_LEAVES
                                  ? map_leaf_pool[map_leaves_used++]
                                  : hk_os_map_aligned(MAP_LEAF_WORDS * sizeof(uint64_t), HK_OS_PAGE);
-    atomic_store_explicit(slot, leaf, memory_order_release);
+    hk_store_release(slot, leaf);
   }
   hk_unlock(&arena_lock);
-  return atomic_load_explicit(slot, memory_order_acquire) != NULL;
+  return hk_load_acquire(slot) != NULL;
 }
 
 static _Atomic uint64_t *map_word(void *base) {
   uintptr_t idx = (uintptr_t)base >> HK_REGION_SHIFT;
-  _Atomic uint64_t *leaf = atomic_load_explicit(&hk_region_map[idx >> HK_MAP_LEAF_SHIFT], memory_order_acquire);
+  _Atomic uint64_t *leaf = hk_load_acquire(&hk_region_map[idx >> HK_MAP_LEAF_SHIFT]);
   return leaf + ((idx & (((uintptr_t)1 << HK_MAP_LEAF_SHIFT) - 1)) >> 6);
 }
 

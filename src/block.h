@@ -5,6 +5,7 @@
 #define HK_BLOCK_H
 
 #include "types.h"
+#include "sync.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -57,13 +58,13 @@ HK_INLINE void hk_page_set_state(hk_page *page, int32_t base) {
   page->used = (uint32_t)((int32_t)hk_page_used(page) + base);
 }
 HK_INLINE unsigned hk_page_state(hk_page *page) {
-  return (unsigned)(atomic_load_explicit(&page->remote, memory_order_acquire) & HK_REMOTE_STATE_MASK);
+  return (unsigned)(hk_load_acquire(&page->remote) & HK_REMOTE_STATE_MASK);
 }
 /* Record what a page about to be parked full has handed out (before the CAS
  * that parks it publishes it). */
 HK_INLINE void hk_page_park_note(hk_page *page, uint32_t used) {
-  uint64_t parks = atomic_load_explicit(&page->park, memory_order_relaxed) >> 32;
-  atomic_store_explicit(&page->park, (parks + 1) << 32 | used, memory_order_relaxed);
+  uint64_t parks = hk_load_relaxed(&page->park) >> 32;
+  hk_store_relaxed(&page->park, (parks + 1) << 32 | used);
 }
 
 /* Take the first block of the page's free list, which is not empty, as a
@@ -112,7 +113,7 @@ HK_INLINE _Atomic uintptr_t *hk_page_table(void) {
   return (_Atomic uintptr_t *)(hk_arena_base - HK_PAGE_TABLE_BYTES);
 }
 HK_INLINE hk_page *hk_arena_page(uintptr_t slab) {
-  return (hk_page *)(hk_arena_base + atomic_load_explicit(&hk_page_table()[slab], memory_order_relaxed));
+  return (hk_page *)(hk_arena_base + hk_load_relaxed(&hk_page_table()[slab]));
 }
 
 /* ---- ownership map: one bit per 4 MiB of address space ----
@@ -124,9 +125,9 @@ HK_INLINE hk_page *hk_arena_page(uintptr_t slab) {
 HK_INLINE bool hk_region_is_ours(uintptr_t p) {
   uintptr_t idx = p >> HK_REGION_SHIFT;
   if (HK_UNLIKELY(idx >> HK_MAP_BITS)) return false;
-  _Atomic uint64_t *leaf = atomic_load_explicit(&hk_region_map[idx >> HK_MAP_LEAF_SHIFT], memory_order_acquire);
+  _Atomic uint64_t *leaf = hk_load_acquire(&hk_region_map[idx >> HK_MAP_LEAF_SHIFT]);
   if (leaf == NULL) return false;
-  uint64_t w = atomic_load_explicit(&leaf[(idx & (((uintptr_t)1 << HK_MAP_LEAF_SHIFT) - 1)) >> 6], memory_order_relaxed);
+  uint64_t w = hk_load_relaxed(&leaf[(idx & (((uintptr_t)1 << HK_MAP_LEAF_SHIFT) - 1)) >> 6]);
   return (w >> (idx & 63)) & 1;
 }
 
@@ -152,9 +153,9 @@ HK_INLINE uintptr_t hk_region_base(const void *p) { return (uintptr_t)p & ~HK_RE
  * record finds its header and slab by masking (hk_page_region). */
 HK_INLINE uintptr_t hk_region_header_offset(uintptr_t base) {
   uintptr_t slot = (base - (uintptr_t)hk_arena_base) >> HK_REGION_SHIFT;
-  if (slot >= atomic_load_explicit(&hk_arena_slots, memory_order_relaxed)) return 0;
-  if (HK_UNLIKELY(atomic_load_explicit(&hk_arena_shrunk, memory_order_relaxed)) &&
-      (atomic_load_explicit(&hk_arena_holes[slot / 64], memory_order_relaxed) >> (slot % 64)) & 1)
+  if (slot >= hk_load_relaxed(&hk_arena_slots)) return 0;
+  if (HK_UNLIKELY(hk_load_relaxed(&hk_arena_shrunk)) &&
+      (hk_load_relaxed(&hk_arena_holes[slot / 64]) >> (slot % 64)) & 1)
     return 0;
   return (slot % HK_HEADER_SPOTS) * sizeof(hk_region);
 }
@@ -214,11 +215,11 @@ HK_INLINE uint64_t hk_div_magic(uint32_t bs) {
 HK_INLINE void hk_page_set_carved(hk_page *page) {
   uint64_t e = page->div_magic * page->block_size; /* mod 2^64 */
   uint32_t cap = page->capacity;
-  atomic_store_explicit(&page->carved_bound, cap == 0 ? 0 : (uint64_t)(cap - 1) * e + 1, memory_order_relaxed);
+  hk_store_relaxed(&page->carved_bound, cap == 0 ? 0 : (uint64_t)(cap - 1) * e + 1);
 }
 /* No block of the page can be freed any more (not a live page). */
 HK_INLINE void hk_page_clear_carved(hk_page *page) {
-  atomic_store_explicit(&page->carved_bound, 0, memory_order_relaxed);
+  hk_store_relaxed(&page->carved_bound, 0);
 }
 
 /* p - page->start is a multiple of the block size (off < 2^32). */
@@ -233,7 +234,7 @@ HK_INLINE bool hk_is_block_start(const hk_page *page, uint32_t off) {
  * of a page found through the page table or hk_page_of. */
 HK_INLINE bool hk_is_carved_block(const hk_page *page, uintptr_t a) {
   uint32_t off = (uint32_t)(a - page->start);
-  return (uint64_t)off * page->div_magic < atomic_load_explicit(&((hk_page *)page)->carved_bound, memory_order_relaxed);
+  return (uint64_t)off * page->div_magic < hk_load_relaxed(&((hk_page *)page)->carved_bound);
 }
 
 

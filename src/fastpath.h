@@ -45,7 +45,7 @@ HK_INLINE void hk_free_to_page(hk_page *page, void *p, void (*invalid)(void *)) 
     hk_block *b = (hk_block *)p;
     /* the thread's own block, unless the thread is in cache mode: then
      * every free goes to its cache (remote.c, free_owner) */
-    if (HK_LIKELY(atomic_load_explicit(&page->heap, memory_order_relaxed) == heap->free_owner)) {
+    if (HK_LIKELY(hk_load_relaxed(&page->heap) == heap->free_owner)) {
       uintptr_t key = page->key;
       /* every call below is a tail call: no registers to save here */
       if (HK_UNLIKELY(hk_looks_free(page, b))) {

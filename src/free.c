@@ -19,7 +19,7 @@ static HK_NOINLINE void free_invalid(void *p) {
   hk_page *page = hk_page_of(r, p);
   uintptr_t off = (uintptr_t)p - page->start;
   /* not carved (no live page, or a block start past the carved ones) */
-  if (atomic_load_explicit(&page->carved_bound, memory_order_relaxed) == 0 ||
+  if (hk_load_relaxed(&page->carved_bound) == 0 ||
       (off < (uintptr_t)page->reserved * page->block_size && hk_is_block_start(page, (uint32_t)off)))
     hk_fatal("free() of a pointer that is not an allocated block (double free, or never allocated)", p);
   hk_fatal("free() of a pointer into the middle of a block", p);

@@ -50,10 +50,10 @@ hk_heap *hk_heap_new(void) {
   h->held_bytes = 0;
   memset(h->held, 0, sizeof h->held);
   for (unsigned c = 0; c < HK_NCLASSES; c++) hk_heap_set_direct(h, c, &hk_page_empty);
-  atomic_store_explicit(&h->remote_hint, 0, memory_order_relaxed);
+  hk_store_relaxed(&h->remote_hint, 0);
   h->fresh_count = 0;
   h->searches = 0;
-  atomic_store_explicit(&h->active_ms, hk_os_now_ms(), memory_order_relaxed);
+  hk_store_relaxed(&h->active_ms, hk_os_now_ms());
   memset(h->queues, 0, sizeof h->queues);
   memset(h->cache_first, 0, sizeof h->cache_first);
   for (unsigned c = 0; c < HK_NCLASSES; c++) h->cache_room[c] = hk_class_cache_max[c];
@@ -63,16 +63,16 @@ hk_heap *hk_heap_new(void) {
   h->block_purge_ms = 0;
   h->purge_passes = 1; /* class_searched[] (0) then matches no pass */
   memset(h->class_searched, 0, sizeof h->class_searched);
-  h->growth_epoch = atomic_load_explicit(&hk_growth_epoch, memory_order_relaxed);
+  h->growth_epoch = hk_load_relaxed(&hk_growth_epoch);
   memset(h->grown, 0, sizeof h->grown);
   h->grown_next = 0;
   h->pool_next = NULL;
   memset(&h->stats, 0, sizeof h->stats);
   uint32_t owner = (uint32_t)hk_stat_add(heaps_created, 1) + 1; /* this ownership's own number */
-  atomic_store_explicit(&h->pid, hk_os_pid(), memory_order_relaxed);
-  atomic_store_explicit(&h->tid, hk_os_tid(), memory_order_relaxed);
-  atomic_store_explicit(&h->reap_checked_ms, 0, memory_order_relaxed);
-  atomic_store_explicit(&h->live, owner ? owner : 1, memory_order_release); /* after tid: see hk_heap_reap */
+  hk_store_relaxed(&h->pid, hk_os_pid());
+  hk_store_relaxed(&h->tid, hk_os_tid());
+  hk_store_relaxed(&h->reap_checked_ms, 0);
+  hk_store_release(&h->live, owner ? owner : 1); /* after tid: see hk_heap_reap */
   return h;
 }
 void hk_heap_abandon(hk_heap *h) {
@@ -126,7 +126,7 @@ static hk_heap *late_heap; /* late_lock */
 void *hk_heap_alloc_late(size_t size, unsigned cls) {
   hk_lock(&late_lock);
   if (late_heap == NULL && (late_heap = hk_heap_new()) != NULL)
-    atomic_store_explicit(&late_heap->tid, 0, memory_order_relaxed); /* no thread of its own: never reaped */
+    hk_store_relaxed(&late_heap->tid, 0); /* no thread of its own: never reaped */
   void *p = late_heap != NULL ? hk_heap_alloc(late_heap, size, cls) : NULL;
   hk_unlock(&late_lock);
   hk_purger_poke(); /* after the lock: starting the purger may call malloc */
@@ -179,7 +179,7 @@ void hk_heap_reap(void) {
   uint64_t now = hk_os_now_ms(), half = (uint64_t)hk_opt.purge_delay_ms / 2 + 1;
   uint64_t every = 10 * (uint64_t)hk_opt.purge_delay_ms + 1;
   static _Atomic uint64_t next_ms;
-  uint64_t next = atomic_load_explicit(&next_ms, memory_order_relaxed);
+  uint64_t next = hk_load_relaxed(&next_ms);
   if (now < next || !atomic_compare_exchange_strong(&next_ms, &next, now + half)) return;
   hk_heap *dead = NULL;
   int pid = hk_os_pid();
@@ -189,16 +189,16 @@ void hk_heap_reap(void) {
      * (hk_heap_new stores tid before live); and the CAS below expects that
      * ownership's number, so a heap given up and taken by another thread
      * meanwhile (live 0, then another number) is left alone */
-    uint32_t owner = atomic_load_explicit(&h->live, memory_order_acquire);
-    int tid = atomic_load_explicit(&h->tid, memory_order_relaxed);
+    uint32_t owner = hk_load_acquire(&h->live);
+    int tid = hk_load_relaxed(&h->tid);
     /* a heap made before a fork is the forking thread's (its tid is
      * the parent's: without fork handlers, a process forked while it had
      * one thread, init.c) or a thread's that the child does not have */
-    if (owner == 0 || tid == 0 || atomic_load_explicit(&h->pid, memory_order_relaxed) != pid ||
-        now < atomic_load_explicit(&h->active_ms, memory_order_relaxed) + half ||
-        now < atomic_load_explicit(&h->reap_checked_ms, memory_order_relaxed) + every)
+    if (owner == 0 || tid == 0 || hk_load_relaxed(&h->pid) != pid ||
+        now < hk_load_relaxed(&h->active_ms) + half ||
+        now < hk_load_relaxed(&h->reap_checked_ms) + every)
       continue;
-    atomic_store_explicit(&h->reap_checked_ms, now, memory_order_relaxed);
+    hk_store_relaxed(&h->reap_checked_ms, now);
     if (hk_os_thread_gone(tid, pid) && atomic_compare_exchange_strong(&h->live, &owner, 0)) {
       h->pool_next = dead; /* (not in the pool: a live heap) */
       dead = h;
@@ -226,10 +226,10 @@ void hk_heap_fork_lock(void) {
 void hk_heap_fork_child(void) {
   hk_heap *self = hk_tls_heap;
   for (hk_heap *h = hk_all_heaps; h != NULL; h = h->all_next)
-    if (h != self) atomic_store_explicit(&h->tid, 0, memory_order_relaxed);
+    if (h != self) hk_store_relaxed(&h->tid, 0);
   if (self != &hk_heap_empty) {
-    atomic_store_explicit(&self->pid, hk_os_pid(), memory_order_relaxed);
-    atomic_store_explicit(&self->tid, hk_os_tid(), memory_order_relaxed);
+    hk_store_relaxed(&self->pid, hk_os_pid());
+    hk_store_relaxed(&self->tid, hk_os_tid());
   }
 }
 

@@ -21,10 +21,10 @@ static void check_size_classes(void) {
 }
 
 void hk_init(void) {
-  if (atomic_load_explicit(&hk_init_state, memory_order_acquire) == 2 || initializing) return;
+  if (hk_load_acquire(&hk_init_state) == 2 || initializing) return;
   int expect = 0;
   if (!atomic_compare_exchange_strong(&hk_init_state, &expect, 1)) {
-    while (atomic_load_explicit(&hk_init_state, memory_order_acquire) != 2) sched_yield();
+    while (hk_load_acquire(&hk_init_state) != 2) sched_yield();
     return;
   }
   initializing = 1;
@@ -41,7 +41,7 @@ void hk_init(void) {
   hk_key = (uintptr_t)k;
   hk_region_init();
   hk_purger_init(hk_pressure_purge_pass, hk_pressure_pending);
-  atomic_store_explicit(&hk_init_state, 2, memory_order_release);
+  hk_store_release(&hk_init_state, 2);
   /* may allocate: malloc is fully usable from here on */
 #if HAKMEM_OVERRIDE
   hk_fork_handlers_check();

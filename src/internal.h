@@ -67,7 +67,7 @@ void hk_options_print(void);
 
 /* ---- stats.c: counters, updated on slow paths only ---- */
 extern hk_stats_t hk_stats;
-#define hk_stat_add(field, n) atomic_fetch_add_explicit(&hk_stats.field, (n), memory_order_relaxed)
+#define hk_stat_add(field, n) hk_add_relaxed(&hk_stats.field, (n))
 void hk_stat_peak(_Atomic uint64_t *peak, uint64_t v);
 void hk_stats_merge_heap(const hk_heap_stats *s); /* an exiting thread's counters */
 /* What the counters do not hold, gathered by the caller of hk_stats_print. */

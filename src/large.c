@@ -66,7 +66,7 @@ static uint64_t peak_at;
 /* The peak of live_asked (plus `adding`, a block being allocated) over
  * the last one to two purge delays. Under hk_large_lock. */
 static size_t recent_live_locked(uint64_t now, size_t adding) {
-  size_t live = atomic_load_explicit(&live_asked, memory_order_relaxed) + adding;
+  size_t live = hk_load_relaxed(&live_asked) + adding;
   uint64_t w = (uint64_t)hk_opt.purge_delay_ms;
   if (now >= peak_at + w) {
     peak_prev = now >= peak_at + 2 * w ? 0 : peak_cur;
@@ -82,7 +82,7 @@ static size_t data_page(const hk_region *r);
 /* Purge the oldest resident entries cached for CACHE_HOT_MS while the cache
  * holds more resident bytes than the budget. Under hk_large_lock. */
 static void cache_enforce_budget_locked(uint64_t now) {
-  size_t live = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed) - cache_bytes;
+  size_t live = hk_load_relaxed(&hk_stats.large_mapped_bytes) - cache_bytes;
   size_t budget = live > CACHE_RESIDENT_MAX ? live : CACHE_RESIDENT_MAX;
   while (cache_resident > budget) {
     unsigned oi = CACHE_MAX;
@@ -126,7 +126,7 @@ static size_t round_page(size_t n) { return (n + HK_OS_PAGE - 1) & ~(size_t)(HK_
  * as it would if a purge came between two separate reads. */
 void hk_large_usage(size_t *mapped, size_t *cached) {
   hk_lock(&hk_large_lock);
-  *mapped = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed);
+  *mapped = hk_load_relaxed(&hk_stats.large_mapped_bytes);
   *cached = cache_bytes;
   hk_unlock(&hk_large_lock);
 }
@@ -135,7 +135,7 @@ void hk_large_usage(size_t *mapped, size_t *cached) {
  * mapped now. Under hk_large_lock. */
 static void victim(hk_region **out, unsigned *n, hk_region *r) {
   out[(*n)++] = r;
-  atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, r->map_size, memory_order_relaxed);
+  hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size);
 }
 
 /* A victim's mapping (see victim), after the lock is dropped. */
@@ -213,7 +213,7 @@ static hk_region *map_large(size_t need, size_t align) {
   r->map_size = need;
   r->large_zero = 1;
   hk_stat_peak(&hk_stats.large_peak_bytes,
-               atomic_fetch_add_explicit(&hk_stats.large_mapped_bytes, need, memory_order_relaxed) + need);
+               hk_add_relaxed(&hk_stats.large_mapped_bytes, need) + need);
   return r;
 }
 
@@ -253,9 +253,9 @@ static hk_region *cache_take(size_t need, size_t off, size_t size) {
   if (best != CACHE_MAX) {
     r = cache[best];
     cache_remove_at(best);
-    bool tight = atomic_load_explicit(&hk_space_tight, memory_order_relaxed);
+    bool tight = hk_load_relaxed(&hk_space_tight);
     if (!grow && !hk_secure && r->map_size - need >= (tight ? HK_OS_PAGE : TRIM_MIN)) {
-      size_t held = atomic_load_explicit(&hk_stats.large_mapped_bytes, memory_order_relaxed) - cache_bytes +
+      size_t held = hk_load_relaxed(&hk_stats.large_mapped_bytes) - cache_bytes +
                     cache_resident; /* live mappings, this one included, and resident cached ones */
       size_t budget = 2 * recent > CACHE_RESIDENT_MAX ? 2 * recent : CACHE_RESIDENT_MAX;
       trim = held > budget || tight;
@@ -277,7 +277,7 @@ static hk_region *cache_take(size_t need, size_t off, size_t size) {
       n = NULL;
     }
     if (n == NULL) { /* give it back, map afresh */
-      atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, old, memory_order_relaxed);
+      hk_sub_relaxed(&hk_stats.large_mapped_bytes, old);
       hk_stat_add(large_unmaps, 1);
       hk_os_unmap(r, gone);
       return NULL;
@@ -286,11 +286,11 @@ static hk_region *cache_take(size_t need, size_t off, size_t size) {
     hk_stat_add(large_remaps, 1);
     n->map_size = need;
     hk_stat_peak(&hk_stats.large_peak_bytes,
-                 atomic_fetch_add_explicit(&hk_stats.large_mapped_bytes, need - old, memory_order_relaxed) + need - old);
+                 hk_add_relaxed(&hk_stats.large_mapped_bytes, need - old) + need - old);
     return n;
   }
   if (trim && hk_os_shrink(r, old, need)) {
-    atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, old - need, memory_order_relaxed);
+    hk_sub_relaxed(&hk_stats.large_mapped_bytes, old - need);
     r->map_size = need;
   }
   return r;
@@ -325,7 +325,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   }
   /* under a limit on mapped bytes (hk_space_tight) the data follows the
    * header without a colour, which could cost a page more */
-  bool tight = atomic_load_explicit(&hk_space_tight, memory_order_relaxed);
+  bool tight = hk_load_relaxed(&hk_space_tight);
   size_t off = tight && align <= 64 && !hk_secure ? LARGE_META : data_offset(align);
   /* the mapping's size does not depend on the colour: a cached one fits any */
   bool colored = align <= 64 && !hk_secure && !tight;
@@ -360,7 +360,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   r->user_size = size;
   r->block_end = need - guard_tail();
   r->large_state = HK_LARGE_LIVE;
-  atomic_fetch_add_explicit(&live_asked, size, memory_order_relaxed);
+  hk_add_relaxed(&live_asked, size);
   hk_stat_add(large_allocs, 1);
   char *p = (char *)r + off;
   if (zero && !r->large_zero) memset(p, 0, size);
@@ -380,12 +380,12 @@ void hk_large_free(hk_region *r, void *p) {
     hk_fatal("free() of a pointer into the middle of a large block", p);
   }
   hk_stat_add(large_frees, 1);
-  atomic_fetch_sub_explicit(&live_asked, r->user_size, memory_order_relaxed);
+  hk_sub_relaxed(&live_asked, r->user_size);
   if (r->large_detached) {
     if (r->prev) r->prev->next = r->next; else detached = r->next;
     if (r->next) r->next->prev = r->prev;
     hk_unlock(&hk_large_lock);
-    atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, r->map_size, memory_order_relaxed);
+    hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size);
     hk_stat_add(large_unmaps, 1);
     hk_os_unmap(r, r->map_size);
     return;
@@ -427,7 +427,7 @@ void hk_large_free(hk_region *r, void *p) {
 size_t hk_large_usable(hk_region *r) { return r->block_end - r->user_offset; }
 
 static void resize_asked(hk_region *r, size_t size) {
-  atomic_fetch_add_explicit(&live_asked, size - r->user_size, memory_order_relaxed); /* modulo 2^64 */
+  hk_add_relaxed(&live_asked, size - r->user_size); /* modulo 2^64 */
   r->user_size = size;
 }
 
@@ -443,7 +443,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   if (need <= r->map_size) {
     /* shrink: give back the tail when at least half the mapping is unused */
     if (need <= r->map_size / 2 && hk_os_shrink(r, r->map_size, need)) {
-      atomic_fetch_sub_explicit(&hk_stats.large_mapped_bytes, r->map_size - need, memory_order_relaxed);
+      hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size - need);
       r->map_size = need;
     }
     r->block_end = need;
@@ -466,6 +466,6 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   n->block_end = need;
   resize_asked(n, size);
   hk_stat_peak(&hk_stats.large_peak_bytes,
-               atomic_fetch_add_explicit(&hk_stats.large_mapped_bytes, need - old, memory_order_relaxed) + need - old);
+               hk_add_relaxed(&hk_stats.large_mapped_bytes, need - old) + need - old);
   return (char *)n + n->user_offset;
 }

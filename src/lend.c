@@ -67,7 +67,7 @@ void hk_page_purge_free_blocks(hk_page *page) {
  * span), nor slabs past the carved blocks, nor in hardened mode. */
 static void lend_free_slabs(hk_page *p) {
   if (hk_secure || p->nslabs < 2 || p->nslabs > 16 || p->held || p->reserved > 64 || hk_page_used(p) == 0) return;
-  if (atomic_load_explicit(&p->remote, memory_order_relaxed) & ~HK_REMOTE_STATE_MASK) {
+  if (hk_load_relaxed(&p->remote) & ~HK_REMOTE_STATE_MASK) {
     if (hk_page_collect(p, HK_PAGE_NORMAL) == HK_COLLECT_RECLAIMED) return;
   }
   uintptr_t key = p->key, start = p->start, span = hk_page_span_start(p);
@@ -148,7 +148,7 @@ static void lend_free_slabs(hk_page *p) {
  * free block stays zero but for its link (no purge mark), with force only
  * (malloc_trim). */
 void hk_heap_purge_blocks(hk_heap *h, bool force) {
-  uint32_t epoch = atomic_load_explicit(&hk_growth_epoch, memory_order_relaxed);
+  uint32_t epoch = hk_load_relaxed(&hk_growth_epoch);
   uint64_t now = hk_os_now_ms();
   bool timed = force || now >= h->block_purge_ms;
   if (!timed && h->growth_epoch == epoch) return;

@@ -67,7 +67,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->free = (hk_block *)hk_region_base(page); /* empty list: ends at the region base */
   page->used = (uint32_t)HK_USED_NORMAL;
   page->capacity = 0;
-  atomic_store_explicit(&page->remote, HK_PAGE_NORMAL, memory_order_relaxed);
+  hk_store_relaxed(&page->remote, HK_PAGE_NORMAL);
   /* the bound grows as blocks are carved (hk_page_extend): free() of a
    * block that was never handed out fails the fast path's test */
   hk_page_clear_carved(page);
@@ -115,7 +115,7 @@ bool hk_page_contains_free(hk_page *page, hk_block *b) {
   uintptr_t key = page->key;
   uint32_t limit = page->reserved;
   if (list_contains(page->free, b, limit, key)) return true;
-  hk_block *remote = (hk_block *)(atomic_load_explicit(&page->remote, memory_order_acquire) & HK_REMOTE_PTR_MASK);
+  hk_block *remote = (hk_block *)(hk_load_acquire(&page->remote) & HK_REMOTE_PTR_MASK);
   return list_contains(remote, b, limit, key);
 }
 
@@ -127,7 +127,7 @@ bool hk_page_contains_free(hk_page *page, hk_block *b) {
  * blocks, whose cache lines are likely in another core's cache. */
 uint32_t hk_page_collect(hk_page *page, unsigned new_state) {
   uintptr_t key = page->key;
-  uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
+  uintptr_t old = hk_load_relaxed(&page->remote);
   do {
     /* a remote freer gave the page back (remote.c): the owner re-initialises it */
     if ((old & HK_REMOTE_STATE_MASK) == HK_PAGE_RECLAIMED) return HK_COLLECT_RECLAIMED;

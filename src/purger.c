@@ -75,13 +75,13 @@ void hk_purger_notify(void) {
    * thread started the purger would otherwise leave it set, and send every
    * later slow-path malloc here */
   if (HK_UNLIKELY(hk_fork_holder)) { /* inside fork(): no thread started, no lock waited for */
-    atomic_store_explicit(&hk_purger_wanted, 1, memory_order_relaxed);
+    hk_store_relaxed(&hk_purger_wanted, 1);
     return;
   }
-  if (atomic_load_explicit(&hk_purger_wanted, memory_order_relaxed))
-    atomic_store_explicit(&hk_purger_wanted, 0, memory_order_relaxed);
+  if (hk_load_relaxed(&hk_purger_wanted))
+    hk_store_relaxed(&hk_purger_wanted, 0);
   if (!hk_opt.purge_thread) return;
-  if (!atomic_load_explicit(&started, memory_order_acquire)) {
+  if (!hk_load_acquire(&started)) {
     int expect = 0;
     if (!atomic_compare_exchange_strong(&started, &expect, 1)) return;
     pthread_attr_t attr;
@@ -110,8 +110,8 @@ void hk_purger_notify(void) {
  * starts the thread only while the process has a single thread; otherwise
  * it leaves the start to the next malloc slow path or thread exit. */
 void hk_purger_notify_free(void) {
-  if (!atomic_load_explicit(&started, memory_order_acquire) && hk_maybe_threaded()) {
-    atomic_store_explicit(&hk_purger_wanted, 1, memory_order_relaxed);
+  if (!hk_load_acquire(&started) && hk_maybe_threaded()) {
+    hk_store_relaxed(&hk_purger_wanted, 1);
     return;
   }
   hk_purger_notify();
@@ -124,7 +124,7 @@ void hk_purger_notify_free(void) {
  * or whose exited threads' pages only the purger gives back, would keep
  * that memory. */
 void hk_purger_start(void) {
-  if (!atomic_load_explicit(&started, memory_order_acquire)) hk_purger_notify();
+  if (!hk_load_acquire(&started)) hk_purger_notify();
 }
 
 /* fork: the child has no purger thread; it starts one when it needs it. */

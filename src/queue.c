@@ -105,7 +105,7 @@ void hk_heap_rescue_full(hk_heap *h) {
   for (hk_page *p = h->full.first; p != NULL; p = next) {
     next = p->next;
     int r = hk_page_reclaimed(p);
-    if (r == HK_PAGE_BUSY) atomic_store_explicit(&h->remote_hint, 1, memory_order_relaxed); /* look again */
+    if (r == HK_PAGE_BUSY) hk_store_relaxed(&h->remote_hint, 1); /* look again */
     if (r != HK_PAGE_KEPT) {
       if (r == HK_PAGE_WAS_RECLAIMED) {
         hk_heap_full_remove(h, p);
@@ -113,9 +113,9 @@ void hk_heap_rescue_full(hk_heap *h) {
       }
       continue;
     }
-    if (!(atomic_load_explicit(&p->remote, memory_order_acquire) & ~HK_REMOTE_STATE_MASK)) continue;
+    if (!(hk_load_acquire(&p->remote) & ~HK_REMOTE_STATE_MASK)) continue;
     if (hk_page_collect(p, HK_PAGE_NORMAL) == HK_COLLECT_RECLAIMED) { /* just now: next scan */
-      atomic_store_explicit(&h->remote_hint, 1, memory_order_relaxed);
+      hk_store_relaxed(&h->remote_hint, 1);
       continue;
     }
     unpark(h, p);
@@ -218,11 +218,11 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
   if (page == NULL) return NULL;
   hk_page_init(page, cls);
   page->untrimmed = tail_dirty && hk_color_slabs(cls, nslabs);
-  atomic_store_explicit(&page->heap, hk_owner_tag(h), memory_order_release);
+  hk_store_release(&page->heap, hk_owner_tag(h));
   h->stats.pages_acquired++;
   /* Every so often look at all parked pages: a hint can be lost when a page
    * is abandoned and re-adopted while a remote free is in flight. */
-  if ((++h->fresh_count & 63) == 0) atomic_store_explicit(&h->remote_hint, 1, memory_order_relaxed);
+  if ((++h->fresh_count & 63) == 0) hk_store_relaxed(&h->remote_hint, 1);
   return page;
 }
 
@@ -248,14 +248,14 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
    * fewer than 1600 page searches a second */
   if ((++h->searches & 15) == 0) hk_heap_note_active(h);
   h->class_searched[cls] = h->purge_passes;
-  if (atomic_load_explicit(&h->remote_hint, memory_order_acquire)) hk_heap_rescue_full(h);
+  if (hk_load_acquire(&h->remote_hint)) hk_heap_rescue_full(h);
   hk_page_queue *q = &h->queues[cls];
   hk_page *carvable = NULL;
   for (int attempt = 0; attempt < 4; attempt++) {
     hk_page *next;
     for (hk_page *p = q->first; p != NULL; p = next) {
       next = p->next;
-      if (hk_list_end(p->free) && (atomic_load_explicit(&p->remote, memory_order_relaxed) & ~HK_REMOTE_STATE_MASK))
+      if (hk_list_end(p->free) && (hk_load_relaxed(&p->remote) & ~HK_REMOTE_STATE_MASK))
         hk_page_collect(p, HK_PAGE_NORMAL);
       if (!hk_list_end(p->free)) return make_current(h, cls, p);
       if (p->capacity < p->reserved) {
@@ -274,7 +274,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
    * (both calls made only when due: with one block a page, as for 64 KiB
    * and more, this runs on nearly every malloc) */
   if (hk_heap_purge_blocks_due(h)) hk_heap_purge_blocks(h, false);
-  if (atomic_load_explicit(&hk_abandoned_hint, memory_order_relaxed)) hk_abandoned_sweep(false, false);
+  if (hk_load_relaxed(&hk_abandoned_hint)) hk_abandoned_sweep(false, false);
   hk_page *p = fresh_page(h, cls, hk_class_slabs[cls], 0);
   if (p == NULL) {
     hk_heap_set_current(h, cls);
@@ -364,7 +364,7 @@ void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
   hk_block *b = hk_page_pop(page);
   /* no other thread knows the page yet: park it directly */
   hk_page_park_note(page, 1);
-  atomic_store_explicit(&page->remote, HK_PAGE_FULL, memory_order_relaxed);
+  hk_store_relaxed(&page->remote, HK_PAGE_FULL);
   full_push(h, page);
   return b;
 }

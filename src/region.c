@@ -153,8 +153,8 @@ void hk_region_init(void) {
 
 /* A run of committed free slabs of len slabs may exist in l now. */
 static void note_committed_run(region_list *l, unsigned len) {
-  if (len > atomic_load_explicit(&l->committed_run, memory_order_relaxed))
-    atomic_store_explicit(&l->committed_run, len, memory_order_relaxed);
+  if (len > hk_load_relaxed(&l->committed_run))
+    hk_store_relaxed(&l->committed_run, len);
 }
 
 /* Slab i of r has just become free: its run may be r's longest now. */
@@ -273,7 +273,7 @@ static void region_delete(hk_region_info *info) {
   info_give(info);
   if (arena) hk_arena_give(r);
   hk_stat_add(regions_unmapped, 1);
-  atomic_fetch_sub_explicit(&hk_stats.regions_live, 1, memory_order_relaxed);
+  hk_sub_relaxed(&hk_stats.regions_live, 1);
 }
 
 /* Bit i of the result: slabs i .. i+n-1 are all set in mask. Doubling
@@ -402,7 +402,7 @@ static int span_taken(region_list *l, const hk_region_info *taker, unsigned n, b
   bool purge = l->fresh_taken >= growth_step(l->slabs_used, 8);
   if (!purge && l->slabs_used < l->epoch_low + growth_step(l->epoch_low, 4)) return GREW_NOT;
   l->epoch_low = l->slabs_used;
-  atomic_fetch_add_explicit(&hk_growth_epoch, 1, memory_order_relaxed);
+  hk_add_relaxed(&hk_growth_epoch, 1);
   if (!purge) return GREW_EPOCH;
   l->fresh_taken = 0;
   hk_stat_add(growth_purges, 1);
@@ -504,8 +504,8 @@ static span_pick search(region_list *l, unsigned n, unsigned cls, unsigned room)
     if (score > best.score) best = (span_pick){r, same ? same : exact ? exact : dirty_runs, score, true};
   }
   /* (the loop stops early only on a committed run) */
-  if (!any_committed && atomic_load_explicit(&l->committed_run, memory_order_relaxed) >= n)
-    atomic_store_explicit(&l->committed_run, n - 1, memory_order_relaxed);
+  if (!any_committed && hk_load_relaxed(&l->committed_run) >= n)
+    hk_store_relaxed(&l->committed_run, n - 1);
   return best;
 }
 
@@ -564,7 +564,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
      * a list whose lock is taken is busy serving its own heaps) */
     for (unsigned k = 1; k < list_count && page == NULL; k++) {
       region_list *o = &lists[(home + k) % list_count];
-      if (atomic_load_explicit(&o->committed_run, memory_order_relaxed) < n) continue;
+      if (hk_load_relaxed(&o->committed_run) < n) continue;
       if (!list_try(o)) continue;
       span_pick p = search(o, n, cls, room);
       if (p.committed) page = take_span(o, p, n, dirty, &grew);
@@ -629,7 +629,7 @@ static void release_locked(region_list *l, hk_region_info *r, unsigned i, unsign
 /* The spans other threads gave back while the lock was taken (free_span).
  * Caller holds l's lock. */
 static void drain_deferred(region_list *l) {
-  if (atomic_load_explicit(&l->deferred, memory_order_relaxed) == NULL) return;
+  if (hk_load_relaxed(&l->deferred) == NULL) return;
   hk_page *p = atomic_exchange_explicit(&l->deferred, NULL, memory_order_acquire);
   while (p != NULL) {
     hk_page *next = p->next;
@@ -666,7 +666,7 @@ static void free_span(hk_page *page, bool committed) {
      * record has none) */
     page->capacity = n | (uint32_t)committed << 8 | cls << 16;
     page->used = lent;
-    hk_page *top = atomic_load_explicit(&l->deferred, memory_order_relaxed);
+    hk_page *top = hk_load_relaxed(&l->deferred);
     do page->next = top;
     while (!atomic_compare_exchange_weak_explicit(&l->deferred, &top, page, memory_order_release, memory_order_relaxed));
     hk_stat_add(spans_deferred, 1);

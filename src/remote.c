@@ -63,7 +63,7 @@
  * that and puts the stack back instead. `reclaiming` keeps the owner off
  * the page until the freer is done. */
 static void restore_stack(hk_page *page, uintptr_t stack) {
-  uintptr_t key = page->key, cur = atomic_load_explicit(&page->remote, memory_order_acquire), want;
+  uintptr_t key = page->key, cur = hk_load_acquire(&page->remote), want;
   do {
     /* blocks pushed since (stray frees) go on top of the stack taken */
     hk_block *top = (hk_block *)(cur & HK_REMOTE_PTR_MASK);
@@ -87,11 +87,11 @@ static void restore_stack(hk_page *page, uintptr_t stack) {
 static _Atomic int reclaims_running, reclaims_blocked; /* fork: see hk_reclaim_fork_prepare */
 
 static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t n, uintptr_t old, hk_heap *owner) {
-  uint64_t park = atomic_load_explicit(&page->park, memory_order_acquire);
+  uint64_t park = hk_load_acquire(&page->park);
   /* (a page with lent slabs is never given back whole: others' spans may
    * hold them) */
   if (__atomic_load_n(&page->lent, __ATOMIC_RELAXED) || (old >> HK_REMOTE_COUNT_SHIFT) + n != (uint32_t)park ||
-      hk_os_now_ms() < atomic_load_explicit(&owner->active_ms, memory_order_relaxed) + HK_IDLE_OWNER_MS)
+      hk_os_now_ms() < hk_load_relaxed(&owner->active_ms) + HK_IDLE_OWNER_MS)
     return false;
   atomic_fetch_add(&reclaims_running, 1);
   uint8_t idle = 0;
@@ -106,7 +106,7 @@ static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t
   bool taken = atomic_compare_exchange_strong_explicit(&page->remote, &expect, HK_PAGE_RECLAIMED,
                                                        memory_order_acq_rel, memory_order_relaxed);
   if (taken) {
-    if (atomic_load_explicit(&page->park, memory_order_acquire) == park) {
+    if (hk_load_acquire(&page->park) == park) {
       hk_page_clear_carved(page); /* a stray free now fails the range test */
       hk_os_purge((void *)hk_page_span_start(page), (size_t)page->nslabs << HK_SLAB_SHIFT);
       hk_stat_add(pages_reclaimed, 1);
@@ -114,9 +114,9 @@ static bool try_reclaim(hk_page *page, hk_block *first, hk_block *last, uint32_t
       restore_stack(page, (uintptr_t)first | HK_PAGE_FULL | ((old >> HK_REMOTE_COUNT_SHIFT) + n) << HK_REMOTE_COUNT_SHIFT);
     }
   }
-  atomic_store_explicit(&page->reclaiming, 0, memory_order_release);
+  hk_store_release(&page->reclaiming, 0);
   atomic_fetch_sub(&reclaims_running, 1);
-  if (taken) atomic_store_explicit(&owner->remote_hint, 1, memory_order_release);
+  if (taken) hk_store_release(&owner->remote_hint, 1);
   return taken;
 }
 
@@ -135,8 +135,8 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
   uintptr_t key = page->key;
   /* Read the owner before the push: once pushed, the blocks may be collected
    * and the page released at any time. */
-  hk_heap *owner = hk_owner_untag(atomic_load_explicit(&page->heap, memory_order_acquire));
-  uintptr_t old = atomic_load_explicit(&page->remote, memory_order_relaxed);
+  hk_heap *owner = hk_owner_untag(hk_load_acquire(&page->heap));
+  uintptr_t old = hk_load_relaxed(&page->remote);
   if ((old & HK_REMOTE_STATE_MASK) == HK_PAGE_FULL && owner != NULL && try_reclaim(page, first, last, n, old, owner))
     return;
   do {
@@ -149,7 +149,7 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
   unsigned state = (unsigned)(old & HK_REMOTE_STATE_MASK);
   /* Heaps are never unmapped, so a stale owner pointer is harmless here. */
   if (state == HK_PAGE_FULL && owner != NULL)
-    atomic_store_explicit(&owner->remote_hint, 1, memory_order_release);
+    hk_store_release(&owner->remote_hint, 1);
   else if (state == HK_PAGE_ABANDONED && !atomic_exchange_explicit(&hk_abandoned_hint, 1, memory_order_acq_rel))
     /* Only a sweep notes a page that empties here, and a program whose
      * other threads have exited may make no further call that sweeps: the
@@ -191,7 +191,7 @@ static void cache_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
       next = hk_cache_next(next);
       n++;
     }
-    if (atomic_load_explicit(&page->heap, memory_order_relaxed) == h) {
+    if (hk_load_relaxed(&page->heap) == h) {
       if (hk_page_push_run(page, first, last, n, page->key)) hk_heap_page_emptied(h, page);
     } else {
       remote_push(page, first, last, n);
@@ -240,14 +240,14 @@ HK_NOINLINE void *hk_cache_pop_noting_time(hk_heap *h, size_t cls, hk_block *b) 
  * would go round this cache forever, keeping it in cache mode, and its
  * pages would never empty for the reclaim above. */
 HK_INLINE bool owner_idle(const hk_heap *self, const hk_heap *owner) {
-  return atomic_load_explicit(&owner->active_ms, memory_order_relaxed) + HK_IDLE_OWNER_MS <=
-         atomic_load_explicit(&self->active_ms, memory_order_relaxed);
+  return hk_load_relaxed(&owner->active_ms) + HK_IDLE_OWNER_MS <=
+         hk_load_relaxed(&self->active_ms);
 }
 
 /* Hardened mode sends every free here (pages store their owner tagged, so
  * the fast path's owner test never matches): full checks, no cache. */
 static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
-  hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_acquire);
+  hk_heap *owner = hk_load_acquire(&page->heap);
   bool mine = self != &hk_heap_empty && owner == hk_owner_tag(self);
   if (hk_looks_free(page, b) && (!mine || hk_page_contains_free(page, b)))
     hk_fatal(mine ? "double free detected" : "double free detected (block freed again by another thread)", b);
@@ -317,7 +317,7 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
  * owner's own, and every class's room is 0. */
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
   /* (owners are tagged in hardened mode only, which fails the room test) */
-  hk_heap *owner = atomic_load_explicit(&page->heap, memory_order_relaxed);
+  hk_heap *owner = hk_load_relaxed(&page->heap);
   if (HK_UNLIKELY(hk_looks_free(page, b))) {
     if (owner == self) { /* cache mode: the owner can confirm */
       hk_free_local_checked(self, page, b);

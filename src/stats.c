@@ -15,7 +15,7 @@ static struct {
 } exited;
 
 void hk_stat_peak(_Atomic uint64_t *peak, uint64_t v) {
-  uint64_t cur = atomic_load_explicit(peak, memory_order_relaxed);
+  uint64_t cur = hk_load_relaxed(peak);
   while (v > cur && !atomic_compare_exchange_weak_explicit(peak, &cur, v, memory_order_relaxed, memory_order_relaxed)) {
   }
 }
@@ -40,7 +40,7 @@ static void line(const char *name, uint64_t v, const char *unit) {
   hk_os_write_stderr(buf, n);
 }
 
-#define LOAD(f) atomic_load_explicit(&hk_stats.f, memory_order_relaxed)
+#define LOAD(f) hk_load_relaxed(&hk_stats.f)
 
 void hk_stats_print(const hk_usage *u) {
   hk_heap_stats t = u->self;
