@@ -104,12 +104,12 @@ static void cache_enforce_budget_locked(uint64_t now) {
  * header in the 4 MiB unit of their data (the data starts on such a boundary). Their header
  * stays at the mapping's start and is found through this list; only free()
  * of a pointer that the ownership map does not know looks here. */
-static hk_region *detached; /* hk_large_lock */
+static struct { hk_region *first, *last; } detached; /* hk_large_lock */
 
 hk_region *hk_large_find_detached(const void *p) {
   hk_region *found = NULL;
   hk_lock(&hk_large_lock);
-  for (hk_region *r = detached; r != NULL; r = r->next)
+  for (hk_region *r = detached.first; r != NULL; r = r->next)
     if ((char *)p >= (char *)r && (char *)p < (char *)r + r->map_size) {
       found = r;
       break;
@@ -347,10 +347,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
     if (detach) {
       r->large_detached = 1;
       hk_lock(&hk_large_lock);
-      r->prev = NULL;
-      r->next = detached;
-      if (detached) detached->prev = r;
-      detached = r;
+      hk_list_push_front(&detached, r);
       hk_unlock(&hk_large_lock);
     } else {
       hk_region_register(r);
@@ -382,8 +379,7 @@ void hk_large_free(hk_region *r, void *p) {
   hk_stat_add(large_frees, 1);
   hk_sub_relaxed(&live_asked, r->user_size);
   if (r->large_detached) {
-    if (r->prev) r->prev->next = r->next; else detached = r->next;
-    if (r->next) r->next->prev = r->prev;
+    hk_list_remove(&detached, r);
     hk_unlock(&hk_large_lock);
     hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size);
     hk_stat_add(large_unmaps, 1);

@@ -169,26 +169,9 @@ static void mark_dirty(hk_region_info *r, hk_slabmask run) {
   r->dirty_mask |= run;
 }
 
-static void list_unlink(hk_region_info *r) {
-  region_list *l = r->list;
-  if (r->prev) r->prev->next = r->next; else l->first = r->next;
-  if (r->next) r->next->prev = r->prev; else l->last = r->prev;
-  r->next = r->prev = NULL;
-}
-static void list_push_front(hk_region_info *r) {
-  region_list *l = r->list;
-  r->prev = NULL;
-  r->next = l->first;
-  if (l->first) l->first->prev = r; else l->last = r;
-  l->first = r;
-}
-static void list_push_back(hk_region_info *r) {
-  region_list *l = r->list;
-  r->next = NULL;
-  r->prev = l->last;
-  if (l->last) l->last->next = r; else l->first = r;
-  l->last = r;
-}
+static void list_unlink(hk_region_info *r) { hk_list_remove(r->list, r); }
+static void list_push_front(hk_region_info *r) { hk_list_push_front(r->list, r); }
+static void list_push_back(hk_region_info *r) { hk_list_push_back(r->list, r); }
 /* Has free slabs again: back to the front. */
 static void list_has_room(hk_region_info *r) {
   if (r->free_mask == 0 && r != r->list->first) {
