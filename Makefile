@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 CMAKE ?= cmake
 
-.PHONY: all build test test-release test-clang test-asan test-tsan test-install test-options test-fuzz install clean
+.PHONY: all build test test-release test-clang test-asan test-tsan test-debug test-install test-options test-fuzz install clean
 
 all: build
 
@@ -16,7 +16,7 @@ build:
 # C++, preload smoke tests), the same built with clang, the unit tests under
 # ASan+UBSan, the stress test under TSan, and an install/pkg-config/
 # find_package check.
-test: test-release test-clang test-asan test-tsan test-install test-options
+test: test-release test-clang test-asan test-tsan test-debug test-install test-options
 
 test-release: build
 	cd build && ctest --output-on-failure -j $(JOBS)
@@ -36,6 +36,15 @@ test-tsan:
 	$(CMAKE) -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DHAKMEM_SANITIZE=thread
 	$(CMAKE) --build build-tsan -j $(JOBS)
 	cd build-tsan && ctest --output-on-failure
+
+# The debug build (HAKMEM_DEBUG=ON): hk_assert on the page and heap state
+# transitions and a validation of the heap (and the regions) after slow-path
+# operations and at thread exit, over the whole suite but rlimit_check, which
+# measures how much of a limit the release build can use.
+test-debug:
+	$(CMAKE) -S . -B build-debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHAKMEM_DEBUG=ON
+	$(CMAKE) --build build-debug -j $(JOBS)
+	cd build-debug && ctest --output-on-failure -j $(JOBS) -E '^rlimit_check'
 
 test-install: build
 	sh tests/install_check.sh

@@ -6,6 +6,7 @@
 
 #include "types.h"
 #include "sync.h"
+#include "debug.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -55,6 +56,8 @@ HK_INLINE bool hk_page_parked(const hk_page *page) { return (int32_t)page->used 
 HK_INLINE bool hk_page_is_current(const hk_page *page) { return (int32_t)page->used >= (1 << 29); }
 /* Move the page to state `base` (one of HK_USED_*), keeping its count. */
 HK_INLINE void hk_page_set_state(hk_page *page, int32_t base) {
+  hk_assert(base == HK_USED_NORMAL || base == HK_USED_FULL || base == HK_USED_CURRENT);
+  hk_assert(hk_page_used(page) <= page->capacity);
   page->used = (uint32_t)((int32_t)hk_page_used(page) + base);
 }
 HK_INLINE unsigned hk_page_state(hk_page *page) {
@@ -71,6 +74,7 @@ HK_INLINE void hk_page_park_note(hk_page *page, uint32_t used) {
  * live block. */
 HK_INLINE hk_block *hk_page_pop(hk_page *page) {
   hk_block *b = page->free;
+  hk_assert(!hk_list_end(b));
   page->free = hk_link_next(b, page->free_key);
   b->link = 0; /* a live block must not look free (hk_looks_free) */
   page->used++;
@@ -81,6 +85,7 @@ HK_INLINE hk_block *hk_page_pop(hk_page *page) {
  * first to last). True when the slow path has work: the page emptied, or it
  * is parked full (see HK_USED_NORMAL). */
 HK_INLINE bool hk_page_push_run(hk_page *page, hk_block *first, hk_block *last, uint32_t n, uintptr_t key) {
+  hk_assert(hk_page_used(page) >= n); /* more blocks back than were handed out */
   hk_link_set(last, page->free, key);
   page->free = first;
   page->used -= n;

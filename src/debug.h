@@ -7,13 +7,20 @@
 
 #pragma GCC visibility push(hidden)
 
+struct hk_page;
+struct hk_heap;
+
 #ifdef HAKMEM_DEBUG
 __attribute__((cold, noreturn)) void hk_assert_fail(const char *cond, const char *file, int line);
 #define hk_assert(cond) (__builtin_expect(!!(cond), 1) ? (void)0 : hk_assert_fail(#cond, __FILE__, __LINE__))
-#define HK_DEBUG_ON 1
+void hk_debug_page(const struct hk_page *page);
+void hk_debug_heap(const struct hk_heap *h, _Bool deep);
+void hk_debug_regions(void); /* region.c: every region list, under its lock */
 #else
 #define hk_assert(cond) ((void)0)
-#define HK_DEBUG_ON 0
+#define hk_debug_page(page) ((void)0)
+#define hk_debug_heap(h, deep) ((void)0)
+#define hk_debug_regions() ((void)0)
 #endif
 
 #pragma GCC visibility pop

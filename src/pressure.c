@@ -37,7 +37,9 @@ int hk_pressure_trim(void) {
   int saved = errno;
   hk_heap *h = hk_tls_heap;
   if (h != &hk_heap_empty) hk_heap_collect(h, true);
+  hk_debug_heap(h, true);
   bool released = release_cached();
+  hk_debug_regions();
   hk_purge_poke = false; /* nothing left to purge */
   errno = saved;
   return released ? 1 : 0;
@@ -49,6 +51,7 @@ void hk_pressure_purge_pass(void) {
   hk_large_trim(false);
   hk_abandoned_sweep(true, false);
   hk_heap_reap();
+  hk_debug_regions();
 }
 
 bool hk_pressure_pending(void) {

@@ -18,6 +18,7 @@ __thread hk_heap *hk_tls_heap __attribute__((tls_model("initial-exec"))) = &hk_h
 
 
 void hk_heap_full_remove(hk_heap *h, hk_page *p) {
+  hk_assert(hk_page_parked(p) || hk_page_used(p) == 0); /* (or reclaimed: started over) */
   hk_list_remove(&h->full, p);
   hk_page_set_state(p, HK_USED_NORMAL);
 }
@@ -26,6 +27,7 @@ void hk_heap_full_remove(hk_heap *h, hk_page *p) {
  * the malloc fast path. In hardened mode direct[] stays empty so every
  * malloc takes the slow path, where the checks are. */
 void hk_heap_set_direct(hk_heap *h, unsigned cls, hk_page *page) {
+  hk_assert(page == &hk_page_empty || page == h->queues[cls].first);
   /* a held page (hk_heap_page_emptied) stops being one; the old page is not
    * read: it may have been released to another thread already */
   if (h->direct[cls] != page) {
@@ -44,17 +46,17 @@ static void uncurrent(hk_page *p) {
   if (p != NULL && hk_page_is_current(p)) hk_page_set_state(p, HK_USED_NORMAL);
 }
 
-void hk_heap_set_current(hk_heap *h, unsigned cls) {
-  hk_page *first = h->queues[cls].first;
-  hk_heap_set_direct(h, cls, first && !hk_secure ? first : &hk_page_empty);
-}
-
 /* An empty page left in its class's queue (hk_heap_page_emptied) stops
  * being held: it is taken, or given up. */
 static void unhold(hk_heap *h, hk_page *page) {
   if (!page->held) return;
   page->held = 0;
   h->held_bytes -= page->capacity * page->block_size;
+}
+
+void hk_heap_set_current(hk_heap *h, unsigned cls) {
+  hk_page *first = h->queues[cls].first;
+  hk_heap_set_direct(h, cls, first && !hk_secure ? first : &hk_page_empty);
 }
 
 void hk_heap_release_page(hk_heap *h, hk_page *page) {
@@ -191,6 +193,7 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
       hk_heap_set_current(h, cls);
     }
   }
+  hk_debug_heap(h, false);
   hk_purger_poke_free();
 }
 /* ---- the malloc slow path ---- */

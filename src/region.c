@@ -521,6 +521,7 @@ static hk_page *take_span(region_list *l, span_pick pick, unsigned n, hk_slabmas
   hk_region_info *best = pick.r;
   unsigned i = n >= HK_HIGH_SPAN ? 63u - (unsigned)__builtin_clzll(pick.runs) : (unsigned)__builtin_ctzll(pick.runs);
   hk_slabmask run = slab_bits(i, n);
+  hk_assert((best->free_mask & run) == run);
   *dirty = (best->dirty_mask & run) >> i;
   best->free_mask &= ~run;
   best->dirty_mask &= ~run;
@@ -583,6 +584,7 @@ hk_page *hk_region_alloc_span(unsigned n, unsigned cls, hk_slabmask *dirty, unsi
  * they may hold committed pages (else they were purged). Caller holds the
  * list's lock. */
 static void free_slabs(region_list *l, hk_region_info *r, hk_slabmask run, uint8_t last, bool committed) {
+  hk_assert((r->free_mask & run) == 0 && (run & ~ALL_SLABS) == 0); /* a span freed twice, or beyond the region */
   list_has_room(r);
   r->free_mask |= run;
   if (committed) mark_dirty(r, run);
@@ -777,3 +779,28 @@ void hk_region_fork_unlock(void) {
   hk_unlock(&info_lock);
   for (unsigned k = list_count; k-- > 0;) hk_unlock(list_lock(&lists[k]));
 }
+
+#ifdef HAKMEM_DEBUG
+/* Every region list, under its lock: the links agree, each record belongs
+ * to its list and its region, dirty slabs are free slabs, and the list's
+ * count of slabs in live spans matches its records' masks. */
+void hk_debug_regions(void) {
+  for (unsigned k = 0; k < list_count; k++) {
+    region_list *l = &lists[k];
+    list_take(l);
+    uint32_t n = 0, used = 0;
+    hk_region_info *prev = NULL;
+    for (hk_region_info *r = l->first; r != NULL; prev = r, r = r->next) {
+      hk_assert(r->prev == prev);
+      hk_assert(r->list == l && r->r != NULL && r->r->info == r && r->r->kind == HK_KIND_SMALL);
+      hk_assert((r->dirty_mask & ~r->free_mask) == 0);
+      hk_assert((r->free_mask & ~ALL_SLABS) == 0);
+      used += (uint32_t)__builtin_popcountll(ALL_SLABS & ~r->free_mask);
+      hk_assert(++n <= HK_ARENA_REGIONS);
+    }
+    hk_assert(l->last == prev);
+    hk_assert(used == l->slabs_used);
+    hk_unlock(list_lock(l));
+  }
+}
+#endif

@@ -24,6 +24,7 @@ static _Atomic uint64_t spares_total;
 bool hk_spares_pending(void) { return hk_load_relaxed(&spares_total) != 0; }
 
 bool hk_spare_put(hk_heap *h, hk_page *page) {
+  hk_assert(hk_page_used(page) == 0 && !page->held);
   /* (a spare is re-initialised whole: not with lent slabs) */
   if (h->moving || page->block_size >= HK_SLAB_SIZE || page->lent) return false;
   uint32_t bytes = hk_page_span_bytes(page);

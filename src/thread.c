@@ -48,9 +48,11 @@ static void thread_done(void *arg) {
   if (h == &hk_heap_empty) return;
   hk_tls_heap = &hk_heap_empty;
   heap_gone = true;
+  hk_debug_heap(h, true);
   hk_store_relaxed(&h->live, 0);
   hk_heap_abandon(h);
   hk_abandoned_sweep(false, false);
+  hk_debug_regions();
   hk_purger_poke();
   hk_purger_start();
 }
@@ -76,6 +78,10 @@ static void *alloc_from(hk_heap *h, size_t size, unsigned cls) {
     hk_pressure_release(HK_REGION_SIZE);
     p = h != NULL ? hk_heap_alloc(h, size, cls) : hk_heap_alloc_late(size, cls);
   }
+#ifdef HAKMEM_DEBUG
+  static __thread uint32_t checks;
+  if (h != NULL) hk_debug_heap(h, (++checks & 255) == 0); /* every page's list every 256th time */
+#endif
   hk_purger_poke(); /* (no allocator lock held here) */
   return p;
 }
