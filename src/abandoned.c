@@ -10,7 +10,7 @@ static hk_page_queue abandoned[HK_NCLASSES]; /* abandoned_lock(class) */
 static _Atomic uint32_t abandoned_count[HK_NCLASSES];
 static _Atomic uint32_t abandoned_empty; /* empty pages on the abandoned lists */
 static _Atomic uint32_t abandoned_empty_in[HK_NCLASSES]; /* the same, per class */
-/* One lock per class: threads that start (adopt) and threads that exit
+/* One lock per class: threads that start (hk_abandoned_adopt) and threads that exit
  * (hk_abandon_page) wait for each other only over pages of one class. All
  * zero (glibc's PTHREAD_MUTEX_INITIALIZER): in .bss, no page written until
  * a class's lock is used. */
@@ -138,7 +138,7 @@ void hk_abandoned_sweep(bool trim, bool force) {
       }
       if (!trim || p->idle_ms == 0) continue;
       /* now | 1: idle_ms is rounded up to odd, and a coarse clock (4 ms
-       * ticks) reads even: `now >=` alone never released a page noted
+       * ticks) reads even: `now >=` alone would never release a page noted
        * empty in the same millisecond, even with force */
       if ((now | 1) >= p->idle_ms + delay) {
         hk_list_remove(&abandoned[c], p);

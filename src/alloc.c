@@ -87,7 +87,7 @@ void *hk_realloc(void *p, size_t size) {
     if (q != NULL) return q;
   }
   /* A block alone in its span grows or shrinks in place where it can
-   * (heap.c, hk_heap_resize_span_block). */
+   * (queue.c, hk_heap_resize_span_block). */
   if (r->kind != HK_KIND_LARGE && !hk_secure && size > HK_SLAB_SIZE / 2 && size <= HK_MEDIUM_MAX) {
     hk_page *page = hk_page_of(r, p);
     hk_heap *h = hk_tls_heap;
@@ -139,7 +139,7 @@ void *hk_realloc(void *p, size_t size) {
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   if (gh != NULL) gh->grown[gh->grown_next++ % HK_GROWN_RING] = q;
   memcpy(q, p, size < usable ? size : usable);
-  /* the page p empties, if it does, is not held (heap.c): the buffer moved on */
+  /* the page p empties, if it does, is not held (queue.c): the buffer moved on */
   hk_heap *h = hk_tls_heap;
   if (h != &hk_heap_empty) h->moving = 1; /* (a thread at exit may have none) */
   hk_free_fast(p);

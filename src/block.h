@@ -108,7 +108,7 @@ HK_INLINE bool hk_page_push(hk_page *page, hk_block *b, uintptr_t key) { return 
  * not live or finds the pointer outside that page's carved blocks.
  * Regions that do not fit in the arena are mapped anywhere; free() takes
  * the slow path for them (hk_region_map, below). Until the arena is
- * reserved (and if it never is), hk_arena_base is 2^63 (region.c), so the
+ * reserved (and if it never is), hk_arena_base is 2^63 (arena.c), so the
  * same lookup finds every user address outside the arena. */
 void hk_region_init(void); /* the arena and the number of region lists */
 
@@ -123,7 +123,7 @@ HK_INLINE hk_page *hk_arena_page(uintptr_t slab) {
 
 /* ---- ownership map: one bit per 4 MiB of address space ----
  * In leaves of 2^HK_MAP_LEAF_SHIFT bits (32 KiB, 1 TiB of address space
- * each), made when a mapping first lands in their range (region.c): a flat
+ * each), made when a mapping first lands in their range (arena.c): a flat
  * bitmap of the 256 TiB would be 8 MiB of .bss, which counts against
  * RLIMIT_AS and RLIMIT_DATA whether touched or not. */
 
@@ -143,13 +143,12 @@ HK_INLINE uintptr_t hk_region_base(const void *p) { return (uintptr_t)p & ~HK_RE
  * region's outside the arena, at its base. A small region in the arena
  * moves its header into slab 0 (which serves no page), 8 KiB times its
  * slot number mod 8 from the base: at the base of every region, the page
- * records of all regions shared the same sets of the L2 and L3 (their
+ * records of all regions would share the same sets of the L2 and L3 (their
  * index bits stop below 4 MiB), and free(), which reads the record of the
- * freed block's page, missed the L2 on one free in four under `larson
- * 16`, 80 % of those misses conflicts (cachegrind, 1 MiB 8-way against
- * 64-way). Moved are the regions in the arena's reserved slots: slot
+ * freed block's page, would miss the cache on conflicts between regions.
+ * Moved are the regions in the arena's reserved slots: slot
  * below hk_arena_slots, and not a hole, i.e. a slot given back under an
- * address-space limit (region.c, hk_arena_shrink), where a large mapping or
+ * address-space limit (arena.c, hk_arena_shrink), where a large mapping or
  * a region mapped anywhere may land later with its header at its base. A
  * slot's state never changes while it holds something, so a header is
  * found where it was put. The hole bitmap is written (and read) only after

@@ -90,8 +90,9 @@ void hk_heap_abandon(hk_heap *h) {
     hk_heap_full_remove(h, p);
     hk_abandon_page(p);
   }
-  /* spares too, as empty pages of the class they served last (thread_churn
-   * 5.4 -> 4.5 MiB against releasing them) */
+  /* spares too, as empty pages of the class they served last: a thread
+   * that starts next adopts them with their memory where its classes carve,
+   * instead of spreading new spans */
   pthread_mutex_lock(&h->spare_lock);
   p = hk_spares_detach(h, UINT64_MAX, 0);
   pthread_mutex_unlock(&h->spare_lock);
@@ -166,8 +167,8 @@ void hk_heap_collect(hk_heap *h, bool release_all) {
 /* ---- heaps whose thread is gone ----
  * A heap made by a thread's first allocation in glibc's last round of
  * thread-specific-data destructors (see hk_heap_alloc_late) is never abandoned by
- * its thread: its pages stay owned by a heap nothing runs (thread_done's
- * work, never done). (In a child after fork() the parent's other threads'
+ * its thread: its pages stay owned by a heap nothing runs (thread.c's
+ * thread_done never runs for it). (In a child after fork() the parent's other threads'
  * heaps have no thread either, but are never reaped: hk_heap_fork_child.)
  * At most every half purge delay, from the purger and when a thread makes
  * its heap, the reaper asks the

@@ -5,8 +5,8 @@
 
 /* ---- free medium blocks: their inside goes back to the OS ----
  * A page keeps its span committed until every block is free, so a program
- * that frees most of its large blocks but not all (fragmentation) would keep
- * their memory. Every purge delay, the owner's slow path gives back the
+ * that frees most of its large blocks but not all would keep their
+ * memory. Every purge delay, the owner's slow path gives back the
  * whole OS pages inside each free block of HK_PURGE_BLOCK_MIN or more: all
  * but the first page, which holds the free-list link and, in the second
  * word, a mark saying the block is purged (so it is not purged again while
@@ -52,10 +52,9 @@ void hk_page_purge_free_blocks(hk_page *page) {
  * Purging the inside of free blocks gives their memory back, but a page
  * whose blocks are mostly free still holds its whole span: no other class
  * can use it. A program that frees most of its blocks of 16-64 KiB and
- * then allocates bigger ones (fragmentation) faulted the new blocks in
- * from fresh memory, page by page: 39k page faults in that phase against
- * tcmalloc's 15k, whose spans of one or two such blocks empty with them.
- * So the same pass lends the region the slabs of a page in which every
+ * then allocates bigger ones would fault the new blocks in from fresh
+ * memory, page by page, while the old spans sit mostly free. So the same
+ * pass lends the region the slabs of a page in which every
  * block that overlaps them is free: they go back committed, as a released
  * span's do, and the next span of any class takes them without a fault
  * (or the region's purge gives them back after the delay). The page lives
@@ -92,8 +91,8 @@ static void lend_free_slabs(hk_page *p) {
     if ((free_blocks & over[k]) == over[k]) lendable |= 1u << k;
   }
   /* runs of two slabs or more only: a lone slab serves only a span of one,
-   * and kept committed for nothing it raised fragmentation's peak RSS;
-   * its free blocks are purged inside instead */
+   * and lent it would mostly stay committed for nothing; its free blocks
+   * are purged inside instead */
   unsigned lend = lendable & ((lendable << 1) | (lendable >> 1));
   if (lend == 0) return;
   uint64_t dropped = 0;
@@ -141,10 +140,9 @@ static void lend_free_slabs(hk_page *p) {
 /* At most once per purge delay, or at once when the program has grown
  * (hk_growth_epoch moved: region.c), or with force. The growth trigger
  * makes a program that frees most of its medium blocks and then allocates
- * other sizes give the free blocks' memory back before its RSS grows far
- * (fragmentation: peak RSS / live was 1.33 or 1.62 depending on where the
- * phases fell against the clock; 1.69 without the trigger); a loop whose
- * live spans stay level does not trigger it. In hardened mode 2, where a
+ * other sizes give the free blocks' memory back before its RSS grows far,
+ * whatever the clock says; a loop whose live spans stay level does not
+ * trigger it. In hardened mode 2, where a
  * free block stays zero but for its link (no purge mark), with force only
  * (malloc_trim). */
 void hk_heap_purge_blocks(hk_heap *h, bool force) {
@@ -164,15 +162,12 @@ void hk_heap_purge_blocks(hk_heap *h, bool force) {
     /* A class that searched no page since the last pass lends its pages'
      * free slabs first (then the region's purge gives back those that no
      * span takes). On a timed pass, so do the pages of a class in use but
-     * its current page, if its blocks are smaller than a slab: purged
-     * here, their free blocks were lent by the pass after the class went
-     * idle, already given back, and the spans that took them faulted them
-     * in again (fragmentation, with a timed pass early in its refill phase:
-     * 36.4-37.5k page faults in that phase instead of 27.0-28.9k; realloc_growth,
-     * mid_large_mt and thread_churn lend nothing more and kept their
-     * speed; 2026-11-26). Blocks of a slab or more are left alone: with
-     * random 64 KiB-1 MiB blocks in use (big_mixed), lending their pages'
-     * free slabs cost 5 % more page faults. */
+     * its current page, if its blocks are smaller than a slab: otherwise
+     * their free blocks are purged here and lent only once the class goes
+     * idle, already given back, so the spans that take them fault them in
+     * again. Blocks of a slab or more are left alone: while their class is
+     * in use, lending their pages' free slabs costs more page faults than
+     * it saves. */
     bool small = hk_class_size[c] < HK_SLAB_SIZE;
     bool idle = h->class_searched[c] != pass, purge = hk_class_size[c] >= HK_PURGE_BLOCK_MIN && (force || !hk_secure_zero);
     for (hk_page *p = h->queues[c].first; p != NULL; p = p->next) {

@@ -65,7 +65,7 @@ static void *map_aligned(size_t size, size_t align, int prot) {
 
 void *hk_os_map_aligned(size_t size, size_t align) { return map_aligned(size, align, PROT_READ | PROT_WRITE); }
 
-/* Address space only: no access, no commit charge (the arena, region.c). */
+/* Address space only: no access, no commit charge (the arena, arena.c). */
 void *hk_os_reserve(size_t size, size_t align) { return map_aligned(size, align, PROT_NONE); }
 
 /* Make reserved memory usable (fresh zero pages), or give it back and

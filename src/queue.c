@@ -141,22 +141,18 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
   }
   /* Each class keeps at most one empty page, as its current page, so a
    * malloc/free loop does not churn pages. An empty single-slab current
-   * page stays; an emptied page of up to SWAP_SLABS slabs replaces a
-   * current page that has no free block (e.g. 64 or 256 KiB blocks, one per
-   * page: fixed_256k +16 % against retiring it; a colour slab, which holds
-   * no data, does not count: +14 %). A larger current page that empties
+   * page stays; an emptied page of up to SWAP_SLABS slabs (a colour slab,
+   * which holds no data, does not count) replaces a current page that has
+   * no free block, so blocks of one per page (64 or 256 KiB) that are freed
+   * and taken again reuse their span. A larger current page that empties
    * stays too, "held", while the carved bytes of the heap's held pages stay
-   * within HK_HELD_BYTES: that bounds what an idle thread keeps (without a
-   * bound, fragmentation's RSS 1 s after freeing all rose from 7.8 to 12.1
-   * MiB; with it, 8.1). Giving such pages up at once cost a thread that
-   * keeps a few medium blocks per class live a page search and a new page
-   * every few operations, and their spans went back to the regions (with 32
-   * blocks of 8-32 KiB live a thread, mid_large_mt with 64 slots: 811k page
-   * acquisitions in 12M operations, 0.21x tcmalloc's speed; held: 0.91x,
-   * 2026-11-25). Not held: a page emptied by realloc moving its block to
-   * another class (the buffer is growing past it: realloc_growth held
-   * every class's page, peak RSS 15.7 -> 19.3 MiB), nor in hardened mode,
-   * whose direct[] does not track the current page. */
+   * within HK_HELD_BYTES: the bound limits what an idle thread keeps, and
+   * holding spares a thread that keeps a few medium blocks per class live a
+   * page search and a new span every few operations. Not held: a page
+   * emptied by realloc moving its block to another class (the buffer is
+   * growing past it: holding every class's page on the way only raises the
+   * peak), nor in hardened mode, whose direct[] does not track the current
+   * page. */
   hk_page *cur = h->queues[cls].first;
   if (hk_page_used(page) == 0 && page != cur) {
     if (page->held) return; /* (cannot happen: nothing was taken from it) */
@@ -178,14 +174,14 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
     }
     hk_heap_set_current(h, cls);
   } else if (hk_page_used(page) == 0 && page->nslabs > 1 && h->held[cls] == 0) {
-    /* the current page itself emptied: held (until set_direct replaces it) */
+    /* the current page itself emptied: held (until hk_heap_set_direct replaces it) */
     uint32_t carved = page->capacity * page->block_size;
     if (!hk_secure && !h->moving && h->held_bytes + carved <= HK_HELD_BYTES) {
       h->held[cls] = carved;
       h->held_bytes += carved;
       /* as a single-slab current page: it stays when it empties again
        * (with one or two medium blocks of a class live, nearly every free
-       * of one came here; uncurrent() ends it) */
+       * of one would come here; uncurrent() ends it) */
       hk_page_set_state(page, HK_USED_CURRENT);
     } else {
       hk_list_remove(&h->queues[cls], page);
@@ -201,15 +197,14 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
 /* A new page of class cls: a spare span of the right length, else one from
  * the regions. With room (a span block that may grow, see below), always
  * from the regions, placed with that many free slabs after it: spares have
- * no room after them (tried: realloc_growth peak RSS 23.0 -> 23.6 MiB). */
+ * no room after them. */
 static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned room) {
   hk_page *page = room ? NULL : hk_spare_take(h, cls, nslabs);
   /* the colour slab (sizeclass.c) of a span last used otherwise may hold
    * committed memory that the block will not use: the heap's next pass over
-   * its medium pages (purge_blocks) gives it back (a spare of the same class
-   * has touched one OS page of it at most). At once, here, it cost a
-   * madvise per page taken: with random 64-256 KiB blocks, 32 live, a third
-   * of hakmem's time (5.5 -> 16.8 Mops/s with the other purges as they were). */
+   * its medium pages (hk_heap_purge_blocks) gives it back (a spare of the
+   * same class has touched one OS page of it at most). Here it would cost a
+   * madvise per page taken, which dominates when medium blocks churn. */
   bool tail_dirty = page != NULL && page->cls != cls;
   if (page == NULL) {
     hk_slabmask dirty = 0;
@@ -246,9 +241,9 @@ static hk_page *make_current(hk_heap *h, unsigned cls, hk_page *p) {
  * (locally or remotely), then pages of exited threads; only then are new
  * blocks carved, and a new page taken last. */
 static hk_page *find_page(hk_heap *h, unsigned cls) {
-  /* the clock every 16th search only: 1.4 % of mid_large_mt's time when
-   * read on each; an owner idle for HK_IDLE_OWNER_MS by this measure makes
-   * fewer than 1600 page searches a second */
+  /* the clock every 16th search only, as a read on each costs the search
+   * path; an owner idle for HK_IDLE_OWNER_MS by this measure makes fewer
+   * than 1600 page searches a second */
   if ((++h->searches & 15) == 0) hk_heap_note_active(h);
   h->class_searched[cls] = h->purge_passes;
   if (hk_load_acquire(&h->remote_hint)) hk_heap_rescue_full(h);
@@ -310,9 +305,8 @@ void *hk_heap_alloc(hk_heap *h, size_t size, unsigned cls) {
  * realloc can therefore resize it where it is: take the free slabs that
  * follow it in its region, or give back its tail, and the page becomes a
  * page of the class of its new length, coloured if it was. Copying a
- * buffer that grows step by step through the medium sizes was the bulk of
- * realloc's cost (realloc_growth: 1.3 GB copied in 120 rounds, memmove
- * 26 % of the time). */
+ * buffer that grows step by step through the medium sizes would otherwise
+ * be the bulk of realloc's cost. */
 bool hk_span_block(const hk_page *page) {
   return page->reserved == 1 &&
          page->block_size + (hk_color_slabs(page->cls, page->nslabs) << HK_SLAB_SHIFT) == hk_page_span_bytes(page);

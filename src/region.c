@@ -33,10 +33,8 @@ static unsigned run_around(hk_slabmask free, unsigned i) {
 /* What the span search reads of each small region, kept apart from the
  * region (hk_region.info) in one array: the headers sit at 4 MiB
  * alignment (plus one of 8 offsets in the arena: hk_region_of), hence in
- * a few cache sets, and a search that read each region's
- * header missed the cache on every region it visited (64 KiB-1 MiB blocks
- * of random sizes, two threads: 14 % of the time in the search loop, 44 %
- * of that on one load). Under its list's lock. */
+ * a few cache sets, and a search that read each region's header would miss
+ * the cache on every region it visits. Under its list's lock. */
 typedef struct hk_region_info {
   struct region_list *list;  /* the list (and lock) the region belongs to */
   hk_slabmask free_mask;        /* bit i: slab i is free */
@@ -54,8 +52,7 @@ typedef struct hk_region_info {
 } __attribute__((aligned(64))) hk_region_info;
 /* Cache-line aligned: the records of the regions of different lists (of
  * different threads) lie side by side in info_pool, and one thread's span
- * search read a line that another's releases wrote (big_mixed 1.10x and
- * 1.02x in two 7-run A/Bs, 2026-11-26). */
+ * search must not read a line that another's releases write. */
 
 /* One per region that can exist at once: the arena's, or as many outside
  * it (HAKMEM_ARENA_MB set low). Untouched entries cost no memory. Taken and
@@ -69,15 +66,12 @@ static hk_region_info *info_free;   /* given back, linked through next */
  * takes its spans from its own list's regions when one has a committed run
  * that fits, else from another list's (if its lock is free), else from its
  * own list's clean slabs or a new region there; a span goes back to the
- * list of its region. With one list under one lock, two threads replacing
- * blocks of 64 KiB-1 MiB spent most of their time waiting for each other:
- * a page acquisition or release per malloc or free of such a block, each
- * with a search over some 30 regions under the lock (futex calls and
- * spinning 40-60 % of big_mixed's time, `perf record`, 2026-11-26). Taking
- * another list's committed run before clean memory of its own keeps the
- * lists from growing apart, as separate heaps of regions would (a heap
- * leasing regions of its own: 78-92 MiB against 60-67 on big_mixed,
- * docs/BENCHMARK-LOG.md). */
+ * list of its region. Under one lock, threads replacing blocks of
+ * 64 KiB-1 MiB would mostly wait for each other: each malloc or free of
+ * such a block takes or releases a page, with a search over the regions
+ * under the lock. Taking another list's committed run before clean memory
+ * of its own keeps the lists from growing apart, as separate heaps of
+ * regions would. */
 typedef struct region_list {
   hk_region_info *first, *last; /* regions with free slabs first, full ones at the tail */
   uint64_t next_purge_ms;
@@ -106,8 +100,8 @@ static region_list lists[HK_REGION_LISTS_MAX];
 
 /* Their locks, set in hk_region_init, lie apart, one to a cache line: in
  * the records, setting them (glibc's adaptive kind is not all zeros)
- * wrote a page for every three lists, 72 KiB of a one-block program's RSS
- * with 64 lists; here one page whatever the count. */
+ * would write a page for every three lists; here one page whatever the
+ * count. */
 static struct {
   pthread_mutex_t m;
 } __attribute__((aligned(64))) list_locks[HK_REGION_LISTS_MAX] __attribute__((aligned(4096))); /* one page */
@@ -128,11 +122,9 @@ static bool list_try(region_list *l) {
 
 /* One list per CPU the process may run on, so that threads on different
  * CPUs seldom share a lock, within HK_REGION_LISTS_MIN..MAX. Set once, at
- * initialisation, before any region exists. With a fixed 8 lists, 16
- * threads replacing blocks of 64 KiB-1 MiB on 16 CPUs ran at 8.1 Mops/s,
- * below the 9.3 of 8 threads, against mimalloc's 28.6 (pthread_mutex_lock
- * 27 % of the time, called from both span paths); 16 lists: 1.46x
- * (docs/BENCHMARK-LOG.md, 2026-11-26). HAKMEM_REGION_LISTS sets the count
+ * initialisation, before any region exists. With fewer lists than CPUs,
+ * threads replacing medium blocks wait on the list locks in both span
+ * paths. HAKMEM_REGION_LISTS sets the count
  * (1 to HK_REGION_LISTS_MAX): where the CPUs a process may use are not the
  * CPUs it gets (a container's CPU quota), and for the tests. */
 static unsigned list_count = HK_REGION_LISTS_MIN;
@@ -316,9 +308,9 @@ static bool purge_locked(region_list *l, uint64_t now, bool force) {
 
 /* The list's timed purge, if due, looked at on every HK_PURGE_CHECK_EVENTS-th
  * span event of the list (every one with HAKMEM_PURGE_DELAY_MS=0): reading
- * the clock on each, with the heap's own timed pass, was three reads a
- * malloc+free of a block of 64 KiB-1 MiB and 6 % of big_mixed's time
- * (perf, 2026-11-26). A busy list makes thousands of events a millisecond;
+ * the clock on each, beside the heap's own timed pass, would add several
+ * clock reads to each malloc+free of a block of 64 KiB-1 MiB. A busy list
+ * makes thousands of events a millisecond;
  * an idle one is the purger thread's. Caller holds l's lock. */
 #define HK_PURGE_CHECK_EVENTS 8
 static void due_purge(region_list *l) {
@@ -351,23 +343,22 @@ bool hk_region_purge(bool force) {
  * - its live spans grew by a quarter (and by HK_GROWTH_PURGE_SLABS) since
  *   their lowest point after the last signal: hk_growth_epoch moves only,
  *   which tells every heap to give back the inside of the free blocks of
- *   its idle classes below a slab (heap.c; fragmentation needs it).
+ *   its idle classes below a slab (lend.c, hk_heap_purge_blocks): a program
+ *   that frees most of its medium blocks and then allocates other sizes
+ *   gives their memory back before its RSS grows far.
  *
  * Only fresh slabs purge. A program replacing blocks of random sizes in a
  * steady state takes clean slabs too, where the free runs have the wrong
  * lengths for the next spans, and each purge makes more slabs clean; but
  * its footprint levels off, and then it takes no fresh ones. Purging on
- * net growth, as until 2026-11-26 (and on every 1 MiB of clean slabs taken
- * before that), fired on the ups and downs of the live spans when a thread
- * replaced a few dozen blocks of 64 KiB-1 MiB (big_mixed: 128k page faults
- * in 400k operations, 19-22k since; mimalloc 18k, jemalloc 16k). An
- * eighth rather than a quarter: fragmentation's peak RSS 273 -> 262 MiB,
- * the rest unchanged (5-run A/Bs). A block growing in place does not count
- * (counting it purged the other growing buffers' room: realloc_growth
- * 0.56x), and the taking region is spared. The floor: with a few live
- * blocks of 64 KiB-1 MiB a quarter of the live spans is one block (1 MiB:
- * a purge on nearly every malloc after a free; 8 MiB: realloc_growth's
- * peak 26.5 MiB). */
+ * net growth would fire on the ups and downs of the live spans of a thread
+ * that replaces a few dozen blocks of 64 KiB-1 MiB, each purge paid for in
+ * page faults. An eighth rather than a quarter keeps a growing program's
+ * peak lower. A block growing in place does not count (counting it would
+ * purge the room of the other growing buffers), and the taking region is
+ * spared. The floor: with a few live blocks of 64 KiB-1 MiB a quarter of
+ * the live spans is one block, and a lower floor purges on nearly every
+ * malloc after a free; a higher one lets a growing buffer's peak rise. */
 #define HK_GROWTH_PURGE_SLABS 64 /* 4 MiB */
 _Atomic uint32_t hk_growth_epoch;
 
@@ -416,11 +407,9 @@ typedef struct span_pick {
 
 /* One of the last two places where a page of class cls ended, if it still
  * starts a committed free run of n slabs there: the search's best pick
- * (SCORE_SAME) without a search. Two thirds of big_mixed's searches ended
- * on such a run; with this, 91.0M -> 86.0M instructions (one thread,
- * callgrind), two threads 1.12x at peak RSS 64.8 -> 63.1 MiB (the recent
- * places pack better than the first in list order); realloc_growth 16.3
- * -> 17.0 MiB (2026-11-26). */
+ * (SCORE_SAME) without a search. A program replacing medium blocks ends
+ * most searches on such a run, and the recent places pack better than the
+ * first in list order. */
 static span_pick same_at(region_list *l, unsigned n, unsigned cls) {
   for (unsigned k = 0; k < 2; k++) {
     uint32_t at = l->same_at[cls][k];
@@ -495,18 +484,16 @@ static span_pick search(region_list *l, unsigned n, unsigned cls, unsigned room)
 /* Spans of HK_HIGH_SPAN slabs or more start at the highest place the pick
  * allows, shorter ones at the lowest: the two kinds fill a region from its
  * two ends, and the free slabs between them stay one run that either can
- * use, where spans of all lengths placed from one end left gaps too short
- * for the long ones (big_mixed, 64 KiB-1 MiB blocks: peak RSS 73.1 -> 63.8
- * MiB and 1.09x, one thread 39.8 -> 36.2 MiB; 5-run A/Bs, 2026-11-26; from
- * 2, 3 or 6 slabs: 64.2, 64.7, 65.5 MiB). realloc_growth 15.1 -> 15.9 MiB,
- * the rest within noise. */
+ * use, where spans of all lengths placed from one end leave gaps too short
+ * for the long ones. A threshold of 2, 3 or 6 slabs leaves more of a
+ * region in such gaps. */
 #define HK_HIGH_SPAN 4
 
 /* Records from..n-1 of the span whose head is page: each only leads to the
  * head (hk_page_of reads `back` and nothing else of a later slab's record;
  * its bound is cleared, as a stale table entry may name it; the
  * rest is rewritten when the slab heads a span). Clearing all 128 bytes
- * of each, up to 2 KiB a span, was 4 % of big_mixed's instructions. */
+ * of each would write up to 2 KiB a span. */
 static void link_tail(hk_page *page, unsigned from, unsigned n) {
   for (unsigned k = from; k < n; k++) {
     hk_page_clear_carved(&page[k]);
@@ -629,12 +616,10 @@ static void drain_deferred(region_list *l) {
 
 /* committed: the span may hold committed pages (else it was purged). If
  * another thread holds the list's lock, the span is left on the list's
- * deferred stack for the next holder instead of waiting: on 16 cores, with
- * 16 threads replacing blocks of 64 KiB-1 MiB, a heap that had taken a
- * span from another list's region (alloc_span) gave it back there, into
- * the lock of the heap that list serves, and the two waited for each
- * other: 50-60k contended frees and 30k contended allocations in 1.6M
- * operations, 3-5k voluntary context switches a run. */
+ * deferred stack for the next holder instead of waiting: a heap that has
+ * taken a span from another list's region (hk_region_alloc_span) gives it
+ * back there, into the lock of the heap that list serves, and the two
+ * would otherwise wait for each other. */
 static void free_span(hk_page *page, bool committed) {
   hk_region *reg = hk_page_region(page);
   hk_region_info *r = reg->info;
@@ -663,7 +648,7 @@ static void free_span(hk_page *page, bool committed) {
 }
 
 /* Slabs `lend` (bit k: the span's slab k, never the head) of a live page
- * go back to the region, committed, for any span to take (heap.c,
+ * go back to the region, committed, for any span to take (lend.c,
  * lend_free_slabs). Their table entries and records stop leading to the
  * page first: until another span owns them, free() of a stale pointer
  * into them finds no live page there (an invalid free) instead of taking

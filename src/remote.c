@@ -22,7 +22,7 @@
  * test would otherwise each go the wrong way about half the time.
  * Every 64 cached mallocs the thread checks that a quarter of the blocks
  * it kept were other heaps'; if not, it leaves the mode and gives the
- * cache back (cache_pop_noting_time): for its own blocks the pages are
+ * cache back (hk_cache_pop_noting_time): for its own blocks the pages are
  * faster, and outside cache mode it does not reuse other heaps' blocks.
  * Reused, they would stay in its working set, each free of them a remote
  * free: a thread with only occasional remote frees of a busy owner's
@@ -55,7 +55,8 @@
  * freer whose push completes such a page, if the owner has not looked for a
  * page for HK_IDLE_OWNER_MS, gives its memory back at once: it swaps the
  * stack for the state RECLAIMED and purges the span; the owner's next scan
- * of its full list re-initialises the page (heap.c, reclaimed).
+ * of its full list re-initialises the page (hk_heap_rescue_full,
+ * hk_page_reclaimed).
  *
  * The owner may have collected the stack and parked the page again between
  * the push and the swap, with the word back to the same value (ABA); the

@@ -6,7 +6,7 @@
  *   +--------+--------+--------+-----+--------+
  *   | slab 0 | slab 1 | slab 2 | ... | slab 63|   slab = 64 KiB
  *   +--------+--------+--------+-----+--------+
- *     header   pages of blocks: a page is a span of 1..17 slabs
+ *     header   pages of blocks: a page is a span of 1..16 slabs
  *     (hk_region with one hk_page per slab, 8 KiB; only the records of
  *     slabs in use are touched)
  *
@@ -141,8 +141,8 @@ struct hk_heap;
  * a pointer and find the owner, read by every thread that frees into the
  * page. The second is the owner's free list and count (malloc touches only
  * this line) and the remote stack. Other threads' frees thus never read a
- * line the owner keeps writing: with both in one line, every remote free
- * was a cache miss on it (larson). */
+ * line the owner keeps writing: in one line, every remote free would miss
+ * on it. */
 typedef struct hk_page {
   /* bytes 0..15 are read for any slab index, including slab 0, whose slot
    * holds the region header instead (zero there, see hk_region) */
@@ -160,10 +160,10 @@ typedef struct hk_page {
   uintptr_t free_check;      /* key ^ the region's base: see hk_looks_free */
   uint16_t reserved;         /* blocks that fit in the span */
   uint16_t lent;             /* bit k: the span's slab k is lent back to its region while the page
-                                lives (heap.c, lend_free_slabs); never bit 0 */
+                                lives (lend.c, lend_free_slabs); never bit 0 */
   _Atomic uint8_t reclaiming; /* a remote freer is giving the parked page back (remote.c) */
-  uint8_t untrimmed;         /* heap.c: its span beyond the carved blocks may hold memory to purge */
-  uint8_t held;              /* heap.c: an empty page left in its class's queue, in held_bytes */
+  uint8_t untrimmed;         /* queue.c: its span beyond the carved blocks may hold memory to purge */
+  uint8_t held;              /* queue.c: an empty page left in its class's queue, in held_bytes */
   uint8_t pad0[1];
   /* second cache line */
   hk_block *free;            /* owner's free list */
@@ -173,7 +173,7 @@ typedef struct hk_page {
   uintptr_t free_key;        /* = key, for malloc, which reads only this line */
   _Atomic uintptr_t remote;  /* remote-free stack | state */
   struct hk_page *next, *prev; /* heap queue, full list or abandoned list */
-  uint64_t idle_ms;          /* abandoned and empty since (0: not empty), heap.c */
+  uint64_t idle_ms;          /* abandoned and empty since (0: not empty), abandoned.c */
   _Atomic uint64_t park;     /* parked full: (parks so far << 32) | blocks handed out (remote.c) */
 } hk_page;
 
@@ -183,15 +183,15 @@ _Static_assert(HK_SLAB_SIZE / 8 <= UINT16_MAX, "reserved fits a slab of the smal
 
 /* `used` is the count of blocks handed out plus a base that depends on the
  * page's state, chosen so that free's one test, "(int32_t)--used < 0"
- * (compiled to a subtract in memory and a sign jump, where "<= 0" took five
+ * (compiled to a subtract in memory and a sign jump; "<= 0" needs five
  * instructions), fires exactly when the slow path has work:
  *   HK_USED_NORMAL  -1: the count going to 0 makes it negative (page empty);
  *   HK_USED_FULL    -2^30: always negative: the page is parked on the full
  *                   list and must rejoin its queue;
  *   HK_USED_CURRENT 2^30 - 1: never negative: a single-slab page that is its
  *                   class's current page just stays when it runs empty (with
- *                   a few live blocks per class, as in thread_scaling's 64
- *                   blocks over 23 classes, 6.5 % of frees made that call).
+ *                   few live blocks per class, pages empty often, and
+ *                   keeping the current one saves the slow-path call).
  * A page holds at most 2^17 blocks, so the three ranges never meet. */
 #define HK_USED_NORMAL (-1)
 #define HK_USED_FULL (-(1 << 30))
@@ -288,11 +288,11 @@ typedef struct hk_heap {
   hk_page_queue full;             /* parked full pages */
   uint32_t held_bytes;            /* carved bytes of held pages: held[] and pages marked held */
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:
-                                     its carved bytes then (0: not so), heap.c */
-  uint8_t moving;                 /* realloc is freeing the block it moved (heap.c) */
+                                     its carved bytes then (0: not so), queue.c */
+  uint8_t moving;                 /* realloc is freeing the block it moved (alloc.c) */
   void *grown[HK_GROWN_RING];     /* blocks this thread's realloc grew last (alloc.c) */
   uint32_t grown_next;
-  uint64_t block_purge_ms;        /* next pass over free medium blocks (purge_free_blocks) */
+  uint64_t block_purge_ms;        /* next pass over free medium blocks (hk_heap_purge_blocks) */
   uint32_t growth_epoch;          /* hk_growth_epoch at that pass */
   uint32_t purge_passes;          /* passes so far */
   uint32_t purge_calls;           /* calls of the pass that may not be due (clock read on every 8th) */
@@ -304,16 +304,16 @@ typedef struct hk_heap {
    * that the owner writes */
   _Alignas(64) _Atomic uint64_t active_ms; /* when the owner last looked for a page, to 16 searches */
   _Atomic uint32_t remote_hint;   /* a full page received a remote free */
-  /* Not zeroed when a heap is reused (heap_new zeroes what comes before
-   * remote_hint): the purger walks all_next and takes spare_lock at any time.
-   * (Until 2026-11-25 these lay in the zeroed part: each new heap cut the
-   * list after itself, so the purger and the growth purge saw the newest
-   * heap's spares only.) */
+  /* Not zeroed when a heap is reused (hk_heap_new zeroes what comes before
+   * remote_hint): the purger walks all_next and takes spare_lock at any time,
+   * so a reused heap must neither cut the list after itself nor drop its
+   * spares, or the purger and the growth purge would miss the heaps
+   * beyond it. */
   hk_page *spare[HK_SLABS];       /* empty spans kept for reuse by any class, by length in slabs
                                      (singly linked; spare_lock: the purger takes old ones) */
   uint32_t spare_bytes;           /* spare_lock */
   pthread_mutex_t spare_lock;
-  struct hk_heap *all_next;       /* every heap ever made (heap.c: the purger's walk) */
+  struct hk_heap *all_next;       /* every heap ever made (spares.c: the purger's walk) */
   uint32_t region_list;           /* its number: the region list its spans come from first is this
                                      modulo the lists' count (region.c); fixed
                                      for the heap's memory, so a thread that takes over an exited
@@ -353,7 +353,7 @@ typedef struct hk_stats {
   _Atomic uint64_t regions_mapped, regions_unmapped, regions_live, regions_peak;
   _Atomic uint64_t slabs_purged, purge_calls, growth_purges;
   _Atomic uint64_t abandoned_released; /* empty pages of exited threads given back */
-  _Atomic uint64_t abandoned_trimmed;  /* ... kept, their span's tail given back (heap.c, trim_kept) */
+  _Atomic uint64_t abandoned_trimmed;  /* ... kept, their span's tail given back (abandoned.c, trim_kept) */
   _Atomic uint64_t spares_released;    /* spare spans unused for a purge delay, given back by the purger */
   _Atomic uint64_t pages_reclaimed;    /* full pages emptied by remote frees, given back by the freer */
   _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
