@@ -14,7 +14,7 @@ for opts in "HAKMEM_PURGE_THREAD=0" "HAKMEM_PURGE_DELAY_MS=0" "HAKMEM_PURGE_DELA
             "HAKMEM_PURGE_THREAD=0 HAKMEM_PURGE_DELAY_MS=0" "HAKMEM_REGION_RESERVE=0" \
             "HAKMEM_LARGE_CACHE_MB=0" "HAKMEM_LARGE_CACHE_MB=2" "HAKMEM_LARGE_CACHE_ENTRIES=1" "HAKMEM_REGION_LISTS=1" \
             "HAKMEM_ARENA_MB=0" "HAKMEM_SECURE=1" "HAKMEM_SECURE=2"; do
-  for t in test_api_override test_api_hak test_stress test_lifecycle test_reap test_misuse test_churn \
+  for t in test_api_override test_api_hak test_internals_override test_internals_hak test_stress test_lifecycle test_reap test_misuse test_churn \
            test_thread_storm test_blockcheck test_fork test_fork_lazy test_large_realloc_race \
            test_large_reuse test_medium_churn test_cache_mode test_abandoned_trim test_page_commit test_oom test_cxx test_deferred_spans \
            test_surplus_pages; do
