@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import parse_result  # noqa: E402  (the suite's own RESULT parser)
+from runner import parse_result  # noqa: E402  (the suite's own RESULT parser)
 
 
 def main():

@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 
 #include "hakmem.h"
+#include "test_util.h" /* hkt_rand */
 
 #ifdef HAK_API_PREFIX
 #define API(f) hak_##f
@@ -135,16 +136,6 @@ static HKT_UNUSED void hkt_expect_double_free(void *p, const char *what) {
   CHECK(strstr(msg, "hakmem") != NULL && strstr(msg, "double free") != NULL, "unexpected message: %s", msg);
 }
 
-/* xorshift64* */
-static inline uint64_t hkt_rand(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1Dull;
-}
-
 /* Deterministic pattern: byte i of a block stamped with `seed` is byte
  * (i % 8) of the 64-bit word hkt_word(i / 8, seed). Filled and checked a
  * word at a time where the address allows (fast also under -O0 + ASan). */
@@ -198,15 +189,6 @@ static HKT_UNUSED void hkt_blk_check(const hkt_blk *b, const char *what) {
 }
 
 static HKT_UNUSED int hkt_is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
-
-/* xorshift64: a test's own reproducible sequence (state must not be 0) */
-static HKT_UNUSED uint64_t hkt_xorshift(uint64_t *state) {
-  uint64_t x = *state;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return *state = x;
-}
 
 /* The process's resident set, in bytes, read with plain system calls:
  * fopen would allocate, and an allocator call could itself do the purging

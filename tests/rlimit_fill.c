@@ -31,6 +31,8 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 
+#include "test_util.h"
+
 #define MiB ((size_t)1 << 20)
 #define MAX_BLOCKS ((size_t)1 << 23)
 
@@ -51,10 +53,10 @@ static void fail(const char *what) {
 
 static size_t next_size(filler *f) {
   if (fixed_size) return fixed_size;
-  f->rng ^= f->rng << 13, f->rng ^= f->rng >> 7, f->rng ^= f->rng << 17;
+  uint64_t r = hkt_rand(&f->rng);
   static const size_t big[] = {3000, 70000, 300 << 10, 2 << 20};
-  unsigned k = (unsigned)(f->rng % 16);
-  return k < 12 ? 16 + (size_t)(f->rng >> 8) % 1000 : big[k - 12];
+  unsigned k = (unsigned)(r % 16);
+  return k < 12 ? 16 + (size_t)(r >> 8) % 1000 : big[k - 12];
 }
 
 /* Called through a volatile pointer: clang takes malloc for a function

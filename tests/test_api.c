@@ -1,116 +1,24 @@
-/* test_api: semantics of every allocation entry point, for every size class
- * and tier (small <= 128 B, size classes up to 1 MiB, large mapped blocks
- * above), checked against the C library contract.
+/* test_api: semantics of every allocation entry point as a program sees
+ * them, for every size class and tier (small <= 128 B, size classes up to
+ * 1 MiB, large mapped blocks above), checked against the C library
+ * contract. What hakmem does inside (block placement, resizing in place,
+ * purging, statistics) is checked by test_internals.c.
  *
  * Built twice: with -DHAK_API_PREFIX against hakmem-api (hak_malloc, ...) and
  * with plain names against the override library (malloc, ... resolve to
  * hakmem). See api.h.
  */
 #define _GNU_SOURCE
-#include "api.h"
+#define TEST_NAME "test_api"
+#include "block_pool.h"
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-#define KiB ((size_t)1 << 10)
-#define MiB ((size_t)1 << 20)
-
-/* ------------------------------------------------------------------ */
-/* block pool: live blocks with their stamp, for overlap/pattern checks */
-
-typedef struct blk {
-  unsigned char *p;
-  size_t req;
-  size_t usable;
-  size_t align; /* alignment requested (8 for malloc) */
-  uint64_t seed;
-} blk;
-
-static blk *pool;
-static size_t pool_n, pool_cap;
-static uint64_t seed_counter = 1;
-
-static void pool_reserve(size_t n) {
-  /* bookkeeping uses the libc allocator through API() too; that is fine:
-   * it is just one more (large) block */
-  if (n <= pool_cap) return;
-  blk *np = (blk *)API(realloc)(pool, n * sizeof(blk));
-  CHECK(np != NULL, "realloc of the test's bookkeeping array (%zu entries) failed", n);
-  pool = np;
-  pool_cap = n;
-}
-
-static size_t usable_of(const void *p) { return API(malloc_usable_size)((void *)p); }
-
-/* Basic checks for a freshly allocated block of `req` bytes, then stamps the
- * whole usable size. `align` is the alignment the call promised. */
-static blk check_new(void *vp, size_t req, size_t align, const char *what) {
-  CHECK(vp != NULL, "%s(%zu) returned NULL", what, req);
-  unsigned char *p = (unsigned char *)vp;
-  size_t u = usable_of(p);
-  CHECK(u >= req, "%s(%zu) = %p: malloc_usable_size %zu < requested %zu", what, req, vp, u, req);
-  CHECK(u < req + 64 * MiB, "%s(%zu) = %p: malloc_usable_size %zu is absurd", what, req, vp, u);
-  CHECK((uintptr_t)p % align == 0, "%s(%zu) = %p is not %zu-aligned", what, req, vp, align);
-  blk b = {p, req, u, align, seed_counter++};
-  hkt_fill(p, u, b.seed);
-  return b;
-}
-
-static void verify_blk(const blk *b, const char *when) {
-  size_t bad = hkt_verify(b->p, b->usable, b->seed);
-  CHECK(bad == HKT_OK, "%s: block %p (requested %zu, usable %zu): byte %zu was overwritten (0x%02x, expected 0x%02x)",
-        when, (void *)b->p, b->req, b->usable, bad, b->p[bad], hkt_pat(bad, b->seed));
-}
-
-static void verify_pool(const char *when) {
-  for (size_t i = 0; i < pool_n; i++) verify_blk(&pool[i], when);
-}
-
-static int cmp_blk(const void *a, const void *b) {
-  uintptr_t x = (uintptr_t)((const blk *)a)->p, y = (uintptr_t)((const blk *)b)->p;
-  return x < y ? -1 : x > y;
-}
-
-/* Sorts the pool by address and checks that no two live blocks overlap
- * (neither their usable ranges nor their start addresses). */
-static void check_pool_disjoint(const char *when) {
-  qsort(pool, pool_n, sizeof(blk), cmp_blk);
-  for (size_t i = 1; i < pool_n; i++) {
-    const blk *a = &pool[i - 1], *b = &pool[i];
-    CHECK(a->p != b->p, "%s: two live blocks at the same address %p (requested %zu and %zu)", when, (void *)a->p,
-          a->req, b->req);
-    CHECK(a->p + a->usable <= b->p,
-          "%s: live blocks overlap: %p+%zu (requested %zu) and %p (requested %zu)", when, (void *)a->p, a->usable,
-          a->req, (void *)b->p, b->req);
-  }
-}
-
-static void pool_add(blk b) {
-  if (pool_n == pool_cap) pool_reserve(pool_cap ? pool_cap * 2 : 1024);
-  pool[pool_n++] = b;
-}
-
-static void pool_free_all(void) {
-  /* free in an interleaved order: odd entries first, then even */
-  for (size_t i = 1; i < pool_n; i += 2) API(free)(pool[i].p);
-  for (size_t i = 0; i < pool_n; i += 2) API(free)(pool[i].p);
-  pool_n = 0;
-}
-
-static size_t malloc_align_for(size_t n) {
-  /* glibc's guarantee, which C++ compilers assume of operator new: 16 bytes
-   * for every size above 8 */
-  return n > 8 ? 16 : 8;
-}
-
-static blk do_malloc(size_t n) { return check_new(API(malloc)(n), n, malloc_align_for(n), "malloc"); }
 
 /* free_sized / free_aligned_sized: in plain-name mode they are weak
  * references; a missing export falls back to free() here and is reported as
@@ -207,17 +115,6 @@ static void test_sizes_geometric(void) {
     verify_pool("geometric sizes, after the large ones");
     pool_free_all();
   }
-}
-
-/* Class sizes per the documented scheme. */
-static size_t n_classes;
-static size_t class_sizes[200];
-static void compute_classes(void) {
-  class_sizes[n_classes++] = 8;
-  for (size_t s = 16; s <= 128; s += 16) class_sizes[n_classes++] = s;
-  for (size_t p2 = 128; p2 < MiB; p2 *= 2)
-    for (size_t k = 9; k <= 16; k++) class_sizes[n_classes++] = p2 / 8 * k;
-  CHECK(n_classes == 113, "internal: %zu classes", n_classes);
 }
 
 /* For every class: enough blocks to fill several pages, all live, checked
@@ -484,13 +381,6 @@ static void test_valloc_pvalloc(void) {
 
 /* ------------------------------------------------------------------ */
 /* calloc */
-
-static void check_zero(const void *p, size_t n, const char *what) {
-  const unsigned char *c = (const unsigned char *)p;
-  for (size_t i = 0; i < n; i++)
-    CHECK(c[i] == 0, "%s: byte %zu of %zu is 0x%02x, expected 0 (reused memory not cleared)", what, i, n, c[i]);
-}
-
 static void test_calloc_reuse(void) {
   static const size_t sizes[] = {1,     8,     24,    100,   128,     129,     1000,    4000, 16 * KiB,
                                  65536, 100 * KiB, 300 * KiB, MiB, MiB + 1, 3 * MiB, 5 * MiB + 3};
@@ -684,198 +574,6 @@ static void test_realloc_shrink_keeps(void) {
   }
 }
 
-/* A large block (over 1 MiB) shrunk to 64 KiB or more stays where it is
- * (its mapping's tail goes back to the OS) instead of being copied into a
- * size class, and can grow back; below 64 KiB it moves. Contents survive
- * every step. */
-static void test_realloc_large_shrinks_in_place(void) {
-  size_t n = 3 * MiB;
-  unsigned char *p = (unsigned char *)API(malloc)(n);
-  CHECK(p != NULL, "malloc(%zu) failed", n);
-  uint64_t seed = seed_counter++;
-  hkt_fill(p, n, seed);
-  static const size_t steps[] = {900 * KiB, 100 * KiB, 64 * KiB, 2 * MiB};
-  size_t len = n;
-  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-    unsigned char *q = (unsigned char *)API(realloc)(p, steps[i]);
-    CHECK(q != NULL, "realloc(%zu -> %zu) returned NULL", len, steps[i]);
-    size_t keep = steps[i] < len ? steps[i] : len;
-    size_t bad = hkt_verify(q, keep, seed);
-    CHECK(bad == HKT_OK, "realloc %zu -> %zu: byte %zu not preserved", len, steps[i], bad);
-    if (steps[i] < len) CHECK(q == p, "realloc shrink of a large block %zu -> %zu moved it", len, steps[i]);
-    if (steps[i] > len) hkt_fill(q, steps[i], seed); /* the grown part too, for the next step */
-    CHECK(API(malloc_usable_size)(q) >= steps[i], "usable size %zu below %zu", API(malloc_usable_size)(q), steps[i]);
-    p = q;
-    len = steps[i];
-  }
-  unsigned char *q = (unsigned char *)API(realloc)(p, 1000); /* below a slab: into the size classes */
-  CHECK(q != NULL, "realloc(%zu -> 1000) returned NULL", len);
-  CHECK(hkt_verify(q, 1000, seed) == HKT_OK, "realloc to 1000 B lost the contents");
-  API(free)(q);
-}
-
-/* A block alone in its span (64 KiB multiples up to 1 MiB) grows into the
- * free slabs after it and shrinks by giving back its tail, without moving.
- * A buffer that realloc grows again past 64 KiB gets such a span, placed
- * with free slabs after it, so its next steps stay in place (a block's
- * first growth stays in the size classes: a block resized to random sizes
- * is not a growing buffer); hardened mode keeps its own realloc (canary and
- * trailer), where none of this applies. */
-static void test_realloc_in_place(void) {
-  const char *sec = getenv("HAKMEM_SECURE");
-  bool secure = sec != NULL && atoi(sec) > 0;
-  unsigned char *p = (unsigned char *)API(malloc)(40 * KiB);
-  CHECK(p != NULL, "malloc(40 KiB) failed");
-  uint64_t seed = seed_counter++;
-  size_t len = 40 * KiB;
-  hkt_fill(p, len, seed);
-  /* a block's first growth past 64 KiB is not given a span: 40 -> 70 KiB
-   * takes the class of 70 + 70/4 KiB (before 2026-11-25: a 128 KiB span) */
-  unsigned char *once = (unsigned char *)API(malloc)(40 * KiB);
-  CHECK(once != NULL, "malloc(40 KiB) failed");
-  once = (unsigned char *)API(realloc)(once, 70 * KiB);
-  CHECK(once != NULL, "realloc(40 KiB -> 70 KiB) failed");
-  if (!secure) CHECK(usable_of(once) < 128 * KiB, "a first growth to 70 KiB: usable %zu, a span of its own", usable_of(once));
-  API(free)(once);
-  /* a first growth, 40 -> 48 KiB, stays in the size classes (room: 60 KiB) */
-  p = (unsigned char *)API(realloc)(p, 48 * KiB);
-  CHECK(p != NULL, "realloc(40 KiB -> 48 KiB) failed");
-  CHECK(hkt_verify(p, len, seed) == HKT_OK, "realloc(40 KiB -> 48 KiB) lost data");
-  if (!secure) CHECK(usable_of(p) < 64 * KiB, "a first growth to 48 KiB: usable %zu, expected a size class", usable_of(p));
-  /* growing again, 48 -> 70 KiB, moves into a span of its own (room: 70 + 70/4 KiB -> two slabs) */
-  unsigned char *q = (unsigned char *)API(realloc)(p, 70 * KiB);
-  CHECK(q != NULL, "realloc(40 KiB -> 70 KiB) failed");
-  CHECK(hkt_verify(q, len, seed) == HKT_OK, "realloc(40 KiB -> 70 KiB) lost data");
-  if (!secure) CHECK(usable_of(q) == 128 * KiB, "a growing 70 KiB block: usable %zu, expected a 128 KiB span", usable_of(q));
-  seed = seed_counter++;
-  len = 70 * KiB;
-  hkt_fill(q, len, seed);
-  /* then it grows in place, a slab at a time, up to twice its first span */
-  static const size_t grow[] = {130 * KiB, 190 * KiB, 256 * KiB};
-  for (size_t i = 0; i < sizeof grow / sizeof grow[0]; i++) {
-    unsigned char *r = (unsigned char *)API(realloc)(q, grow[i]);
-    CHECK(r != NULL, "realloc(-> %zu) failed", grow[i]);
-    if (!secure) {
-      CHECK(r == q, "realloc(%zu -> %zu) moved the block (%p -> %p): the slabs after it were free", len, grow[i],
-            (void *)q, (void *)r);
-      CHECK(usable_of(r) == (grow[i] + 64 * KiB - 1) / (64 * KiB) * (64 * KiB), "realloc(-> %zu): usable %zu",
-            grow[i], usable_of(r));
-    }
-    CHECK(hkt_verify(r, len, seed) == HKT_OK, "realloc(%zu -> %zu) lost data", len, grow[i]);
-    seed = seed_counter++;
-    len = grow[i];
-    hkt_fill(r, len, seed);
-    q = r;
-  }
-  /* shrinking gives back the tail in place */
-  static const size_t shrink[] = {200 * KiB, 100 * KiB, 60 * KiB};
-  for (size_t i = 0; i < sizeof shrink / sizeof shrink[0]; i++) {
-    unsigned char *r = (unsigned char *)API(realloc)(q, shrink[i]);
-    CHECK(r != NULL, "realloc(-> %zu) failed", shrink[i]);
-    if (!secure) {
-      CHECK(r == q, "realloc(%zu -> %zu) moved the block", len, shrink[i]);
-      CHECK(usable_of(r) == (shrink[i] + 64 * KiB - 1) / (64 * KiB) * (64 * KiB), "realloc(-> %zu): usable %zu",
-            shrink[i], usable_of(r));
-    }
-    CHECK(hkt_verify(r, shrink[i], seed) == HKT_OK, "realloc(%zu -> %zu) lost data", len, shrink[i]);
-    len = shrink[i];
-    q = r;
-  }
-  /* the slabs given back serve new blocks, which must not overlap it */
-  unsigned char *others[8];
-  for (int i = 0; i < 8; i++) {
-    others[i] = (unsigned char *)API(malloc)(64 * KiB);
-    CHECK(others[i] != NULL, "malloc(64 KiB) failed");
-    memset(others[i], 0xa5, 64 * KiB);
-  }
-  CHECK(hkt_verify(q, len, seed) == HKT_OK, "a shrunk block was overwritten by later blocks");
-  for (int i = 0; i < 8; i++) API(free)(others[i]);
-  API(free)(q);
-
-  /* a span block from plain malloc (a class of one block per page, the
-   * class's current page) resizes too, and its class keeps working */
-  for (int round = 0; round < 3; round++) {
-    unsigned char *a = (unsigned char *)API(malloc)(128 * KiB);
-    CHECK(a != NULL, "malloc(128 KiB) failed");
-    seed = seed_counter++;
-    hkt_fill(a, 128 * KiB, seed);
-    unsigned char *b = (unsigned char *)API(realloc)(a, 300 * KiB);
-    CHECK(b != NULL, "realloc(128 KiB -> 300 KiB) failed");
-    CHECK(hkt_verify(b, 128 * KiB, seed) == HKT_OK, "realloc(128 KiB -> 300 KiB) lost data");
-    unsigned char *c = (unsigned char *)API(malloc)(128 * KiB);
-    CHECK(c != NULL && (c + 128 * KiB <= b || c >= b + 300 * KiB), "malloc(128 KiB) after a resize overlaps it");
-    API(free)(c);
-    API(free)(b);
-  }
-}
-
-/* Blocks alone in their page (64 KiB and 256 KiB, whose span gets a slab
- * for the colour; 240 KiB and 112 KiB, whose span has room to spare) start
- * at cache-line offsets that vary from page to page (cache colouring,
- * src/page.c): of 16 live blocks, not all at one offset into their 4 KiB
- * page. A coloured block still grows and shrinks in place, and aligned
- * requests of those sizes are aligned. (Hardened mode keeps blocks on their
- * span's start.) */
-static void test_colored_blocks(void) {
-  const char *sec = getenv("HAKMEM_SECURE");
-  bool secure = sec != NULL && atoi(sec) > 0;
-  static const size_t sizes[] = {64 * KiB, 256 * KiB, 240 * KiB, 112 * KiB};
-  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-    uintptr_t seen = 0; /* bit i: some block at cache line i of its 4 KiB page */
-    for (int i = 0; i < 16; i++) {
-      blk b = do_malloc(sizes[s]);
-      seen |= (uintptr_t)1 << (((uintptr_t)b.p & 4095) / 64);
-      pool_add(b);
-    }
-    check_pool_disjoint("coloured blocks");
-    verify_pool("coloured blocks");
-    int offsets = __builtin_popcountll(seen);
-    if (!secure) CHECK(offsets >= 8, "16 blocks of %zu bytes at only %d cache-line offsets", sizes[s], offsets);
-    pool_free_all();
-  }
-  /* a coloured 128 KiB block shrinks to 40 KiB in place (a 64 KiB coloured
-   * span: a block that did not resize in place would move to the 40 KiB
-   * class), then grows back into the slab it just gave up */
-  unsigned char *p = (unsigned char *)API(malloc)(128 * KiB);
-  CHECK(p != NULL, "malloc(128 KiB) failed");
-  uint64_t seed = seed_counter++;
-  hkt_fill(p, 128 * KiB, seed);
-  unsigned char *q = (unsigned char *)API(realloc)(p, 40 * KiB);
-  CHECK(q != NULL && hkt_verify(q, 40 * KiB, seed) == HKT_OK, "realloc(128 KiB -> 40 KiB) lost data");
-  if (!secure) {
-    CHECK(q == p, "realloc(coloured 128 KiB -> 40 KiB) moved the block (%p -> %p)", (void *)p, (void *)q);
-    CHECK(usable_of(q) == 64 * KiB, "realloc(coloured 128 KiB -> 40 KiB): usable %zu", usable_of(q));
-  }
-  seed = seed_counter++;
-  hkt_fill(q, 40 * KiB, seed);
-  unsigned char *r = (unsigned char *)API(realloc)(q, 128 * KiB);
-  CHECK(r != NULL && hkt_verify(r, 40 * KiB, seed) == HKT_OK, "realloc(40 KiB -> 128 KiB) lost data");
-  if (!secure) CHECK(r == q, "realloc(coloured 40 KiB -> 128 KiB) moved the block (%p -> %p)", (void *)q, (void *)r);
-  API(free)(r);
-  for (size_t align = 128; align <= 64 * KiB; align *= 4) {
-    pool_add(check_new(API(aligned_alloc)(align, 64 * KiB), 64 * KiB, align, "aligned_alloc(64 KiB)"));
-    pool_add(check_new(API(aligned_alloc)(align, 256 * KiB), 256 * KiB, align, "aligned_alloc(256 KiB)"));
-    pool_add(check_new(API(aligned_alloc)(align, 240 * KiB), 240 * KiB, align, "aligned_alloc(240 KiB)"));
-  }
-  check_pool_disjoint("aligned coloured sizes");
-  verify_pool("aligned coloured sizes");
-  pool_free_all();
-  /* a large block freed and allocated again comes back from the cache with
-   * its colour: the same address, so the lines a program reuses stay put.
-   * The cache is emptied first: a mapping an earlier test left there (and
-   * the purger has not given back yet) may be a better fit for the second
-   * malloc than the block just freed. */
-  if (!secure && hkt_large_cache(2 * MiB)) {
-    API(malloc_trim)(0);
-    void *a = API(malloc)(2 * MiB);
-    CHECK(a != NULL, "malloc(2 MiB) failed");
-    API(free)(a);
-    void *b = API(malloc)(2 * MiB);
-    CHECK(b == a, "malloc(2 MiB) after free: %p, expected the cached block at %p", b, a);
-    API(free)(b);
-  }
-}
-
 static void test_realloc_huge(void) {
   size_t starts[] = {100, 200000, 3 * MiB};
   size_t huge[] = {SIZE_MAX, SIZE_MAX - 4096, SIZE_MAX - 2 * MiB, (size_t)PTRDIFF_MAX, (size_t)1 << 48};
@@ -993,140 +691,6 @@ static void test_trim(void) {
   }
 }
 
-/* hakmem.h: malloc_trim returns free memory to the OS now and returns 1 if
- * it released any. 64 MiB of small and medium blocks, all freed: trim must
- * report a release and RSS must drop by most of it. */
-static void test_trim_releases(void) {
-  enum { N = 16384 };
-  void **ps = (void **)API(malloc)(N * sizeof(void *));
-  CHECK(ps != NULL, "malloc failed");
-  size_t total = 0;
-  for (int i = 0; i < N; i++) {
-    size_t n = (i % 4 == 0) ? 12000 : 2000 + (size_t)(i % 7) * 8;
-    ps[i] = API(malloc)(n);
-    CHECK(ps[i] != NULL, "malloc(%zu) failed", n);
-    memset(ps[i], 0x77, n);
-    total += n;
-  }
-  size_t before = hkt_rss_bytes();
-  for (int i = 0; i < N; i++) API(free)(ps[i]);
-  API(free)(ps);
-  int r = API(malloc_trim)(0);
-  size_t after = hkt_rss_bytes();
-  printf(" [%zu MiB live: RSS %.1f MiB -> %.1f MiB after free + malloc_trim, returned %d]", total / MiB,
-         (double)before / (double)MiB, (double)after / (double)MiB, r);
-  CHECK(r == 1, "malloc_trim(0) returned %d after %zu MiB were freed, expected 1 (memory released)", r, total / MiB);
-  CHECK(after + total / 2 < before,
-        "RSS only dropped from %.1f MiB to %.1f MiB after freeing %.1f MiB and malloc_trim(0)",
-        (double)before / (double)MiB, (double)after / (double)MiB, (double)total / (double)MiB);
-}
-
-/* Freed large blocks may be kept mapped for reuse, but not resident beyond
- * a small budget: freeing 32 MiB of touched 4 MiB blocks must lower RSS by
- * most of it within a few purger passes (30 ms here), with no malloc_trim. */
-static void test_large_cache_resident(void) {
-  enum { N = 8 };
-  void *ps[N];
-  for (int i = 0; i < N; i++) {
-    ps[i] = API(malloc)(4 * MiB);
-    CHECK(ps[i] != NULL, "malloc(4 MiB) failed");
-    memset(ps[i], 0x3c, 4 * MiB);
-  }
-  size_t before = hkt_rss_bytes();
-  for (int i = 0; i < N; i++) API(free)(ps[i]);
-  /* the cache may keep them resident for a few ms (a thread may be about
-   * to reuse them: src/large.c), then the purger gives them back */
-  size_t after = hkt_rss_bytes();
-  int waited = 0;
-  for (; hkt_timed_purges() && waited < 1000 && after + 16 * MiB >= before; waited += 10) {
-    usleep(10 * 1000);
-    after = hkt_rss_bytes();
-  }
-  printf(" [RSS %.1f -> %.1f MiB %d ms after freeing %d x 4 MiB%s]", (double)before / (double)MiB,
-         (double)after / (double)MiB, waited, N, hkt_timed_purges() ? "" : "; no timed purges: not checked");
-  CHECK(!hkt_timed_purges() || after + 16 * MiB < before, "freed large blocks stay resident for 1 s: RSS %.1f -> %.1f MiB",
-        (double)before / (double)MiB, (double)after / (double)MiB);
-  /* and they are still reusable: calloc from the cache is zero */
-  char *z = (char *)API(calloc)(1, 4 * MiB);
-  CHECK(z != NULL, "calloc(4 MiB) failed");
-  check_zero(z, 4 * MiB, "calloc of a cached large block");
-  API(free)(z);
-  API(malloc_trim)(0); /* leave no cached mapping to the tests after this one */
-}
-
-/* Large blocks freed into the cache and purged there (more than the cache
- * keeps resident, older than its grace period) read as zeros when calloc
- * takes them back: all of them, including the part of the header's page
- * that holds data (src/large.c), which the purge does not give back. */
-static void test_large_cache_purged_calloc(void) {
-  enum { N = 5 };
-  size_t n = 4 * MiB;
-  void *ps[N];
-  for (int i = 0; i < N; i++) {
-    ps[i] = API(malloc)(n);
-    CHECK(ps[i] != NULL, "malloc(4 MiB) failed");
-    memset(ps[i], 0x5a, n);
-  }
-  for (int i = 0; i < N - 1; i++) API(free)(ps[i]);
-  usleep(30 * 1000); /* past the cache's grace period, well within the purge delay */
-  API(free)(ps[N - 1]); /* the cache, over its resident budget, purges the oldest */
-  for (int i = 0; i < N; i++) {
-    unsigned char *z = (unsigned char *)API(calloc)(1, n);
-    CHECK(z != NULL, "calloc(4 MiB) failed");
-    check_zero(z, n, "calloc of a large block purged in the cache");
-    ps[i] = z;
-  }
-  for (int i = 0; i < N; i++) API(free)(ps[i]);
-  API(malloc_trim)(0);
-}
-
-/* Most medium blocks freed, but one in every span kept live, so no span is
- * empty: malloc_trim must still give back the inside of the free blocks,
- * keep the live ones intact, and blocks handed out again must work (calloc
- * zero, contents kept). */
-static void test_trim_inside_spans(void) {
-  enum { N = 2048 };
-  static blk bs[N];
-  size_t total = 0;
-  for (int i = 0; i < N; i++) {
-    bs[i] = do_malloc(48 * KiB); /* 4 blocks per 3-slab span, filled in order */
-    total += bs[i].req;
-  }
-  size_t before = hkt_rss_bytes();
-  size_t freed = 0;
-  for (int i = 0; i < N; i++)
-    if (i % 4 != 0) {
-      verify_blk(&bs[i], "before free");
-      freed += bs[i].req;
-      API(free)(bs[i].p);
-      bs[i].p = NULL;
-    }
-  int r = API(malloc_trim)(0);
-  size_t after = hkt_rss_bytes();
-  printf(" [%zu of %zu MiB freed, one block per span live: RSS %.1f -> %.1f MiB, trim returned %d]", freed / MiB,
-         total / MiB, (double)before / (double)MiB, (double)after / (double)MiB, r);
-  CHECK(after + freed / 2 < before, "RSS only dropped from %.1f to %.1f MiB after freeing %.1f MiB and malloc_trim(0)",
-        (double)before / (double)MiB, (double)after / (double)MiB, (double)freed / (double)MiB);
-  for (int i = 0; i < N; i += 4) verify_blk(&bs[i], "live block after malloc_trim");
-  for (int i = 0; i < N; i++)
-    if (bs[i].p == NULL) {
-      size_t n = 48 * KiB;
-      if (i % 2) {
-        bs[i] = do_malloc(n);
-      } else {
-        char *z = (char *)API(calloc)(1, n);
-        CHECK(z != NULL, "calloc(%zu) failed", n);
-        check_zero(z, n, "calloc of a purged block");
-        API(free)(z);
-        bs[i] = do_malloc(n);
-      }
-    }
-  for (int i = 0; i < N; i++) {
-    verify_blk(&bs[i], "after reuse");
-    API(free)(bs[i].p);
-  }
-}
-
 static void test_free_sized(void) {
 #ifndef HAK_API_PREFIX
   CHECK(free_sized != NULL, "the library does not export free_sized");
@@ -1153,38 +717,9 @@ static void test_free_sized(void) {
 }
 
 #ifndef HAK_API_PREFIX
-/* Extras only the override library provides. */
+/* Extras only the override library provides: mallopt, malloc_stats and
+ * cfree (mallinfo2's counters are test_internals.c's). */
 static void test_libc_extras(void) {
-  enum { N = 10240 };
-  static void *ps[N];
-  for (int i = 0; i < N; i++) {
-    ps[i] = malloc(1024);
-    CHECK(ps[i] != NULL, "malloc(1024) failed");
-    memset(ps[i], 1, 1024);
-  }
-  struct mallinfo2 mi = mallinfo2();
-  CHECK(mi.uordblks > 0, "mallinfo2().uordblks is 0 while 10 MiB are live");
-  CHECK(mi.uordblks + mi.hblkhd >= 8 * MiB,
-        "mallinfo2(): uordblks %zu + hblkhd %zu < 8 MiB while 10 MiB are live", mi.uordblks, mi.hblkhd);
-  CHECK(mi.uordblks < ((size_t)1 << 40) && mi.fordblks < ((size_t)1 << 40) && mi.arena < ((size_t)1 << 40),
-        "mallinfo2() values look uninitialised: arena %zu uordblks %zu fordblks %zu", mi.arena, mi.uordblks,
-        mi.fordblks);
-  for (int i = 0; i < N; i++) free(ps[i]);
-
-  /* a freed large block kept for reuse is free memory, not in use */
-  struct mallinfo2 before = mallinfo2();
-  void *big = malloc(5 * MiB);
-  CHECK(big != NULL, "malloc(5 MiB) failed");
-  memset(big, 1, 4096);
-  struct mallinfo2 live = mallinfo2();
-  CHECK(live.hblkhd >= before.hblkhd + 5 * MiB, "mallinfo2(): hblkhd %zu -> %zu with a live 5 MiB block",
-        before.hblkhd, live.hblkhd);
-  free(big);
-  struct mallinfo2 after = mallinfo2();
-  CHECK(after.hblkhd + 5 * MiB <= live.hblkhd && after.uordblks + 5 * MiB <= live.uordblks,
-        "mallinfo2() still counts a freed 5 MiB block as in use: hblkhd %zu -> %zu, uordblks %zu -> %zu",
-        live.hblkhd, after.hblkhd, live.uordblks, after.uordblks);
-
   int r = mallopt(M_MMAP_THRESHOLD, 256 * 1024);
   CHECK(r == 0 || r == 1, "mallopt(M_MMAP_THRESHOLD) returned %d", r);
   r = mallopt(M_TRIM_THRESHOLD, 1 << 20);
@@ -1210,138 +745,6 @@ static void test_libc_extras(void) {
 }
 #endif
 
-/* hakmem-specific: usable sizes follow the documented classes (8-byte steps
- * up to 128 B, then 8 classes per power of two, 12.5 % apart, to 1 MiB), so
- * no block wastes more than its class rounding. */
-static size_t class_bound(size_t n) {
-  if (n <= 8) return 8;
-  if (n <= 128) return (n + 15) & ~(size_t)15;
-  unsigned b = 63u - (unsigned)__builtin_clzl(n - 1); /* 2^b < n <= 2^(b+1) */
-  size_t step = (size_t)1 << (b - 3);
-  return (n + step - 1) & ~(step - 1);
-}
-
-static void test_size_class_bounds(void) {
-  for (size_t n = 0; n <= 16384; n++) {
-    void *p = API(malloc)(n);
-    CHECK(p != NULL, "malloc(%zu) failed", n);
-    size_t u = usable_of(p);
-    CHECK(u >= n && u <= class_bound(n),
-          "malloc(%zu): usable size %zu, expected between %zu and the class size %zu", n, u, n, class_bound(n));
-    API(free)(p);
-  }
-  /* (hardened mode adds its canary and size trailer to the request: near
-   * 1 MiB that makes a large block, whose mapping may be a bigger cached one) */
-  size_t top = hkt_hardened() ? MiB - 64 : MiB;
-  for (size_t c = 0; c < n_classes; c++) {
-    size_t cs = class_sizes[c];
-    size_t probe[] = {cs - 1, cs, cs + 1};
-    for (int k = 0; k < 3; k++) {
-      size_t n = probe[k];
-      if (n > top) continue;
-      void *p = API(malloc)(n);
-      CHECK(p != NULL, "malloc(%zu) failed", n);
-      size_t u = usable_of(p);
-      CHECK(u >= n && u <= class_bound(n), "malloc(%zu): usable size %zu, expected between %zu and class size %zu", n,
-            u, n, class_bound(n));
-      API(free)(p);
-    }
-  }
-  /* large blocks: usable is not wildly bigger than requested (a cached
-   * mapping of up to twice the size may serve a request) */
-  size_t large[] = {MiB + 1, 2 * MiB - 1, 2 * MiB + 1, 5 * MiB + 3, 33 * MiB};
-  for (size_t i = 0; i < sizeof large / sizeof large[0]; i++) {
-    void *p = API(malloc)(large[i]);
-    CHECK(p != NULL, "malloc(%zu) failed", large[i]);
-    size_t u = usable_of(p);
-    CHECK(u >= large[i] && u <= 2 * large[i] + 64 * KiB, "malloc(%zu): usable size %zu", large[i], u);
-    API(free)(p);
-  }
-}
-
-/* Blocks of 9 to 60 KiB lie 64 bytes more apart than their class size
- * (docs/DESIGN.md, "Padded classes"): consecutive blocks start in
- * different L1 cache sets, where a multiple of 4 KiB apart they would all
- * share one (and equal offsets into them alias in the store buffer).
- * Aligned requests of those sizes still get aligned blocks from the size
- * classes, not from the large tier. */
-static void test_class_padding(void) {
-  /* hardened mode carves pages in random order (docs/SAFETY.md), so
-   * consecutive blocks are not neighbours there; it reports the requested
-   * size as usable */
-  void *probe = API(malloc)(1000);
-  CHECK(probe != NULL, "malloc(1000) failed");
-  bool hardened = usable_of(probe) == 1000;
-  API(free)(probe);
-  size_t sizes[] = {9000, 12288, 16000, 30000, 40000, 61440};
-  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0] && !hardened; s++) {
-    enum { N = 16 };
-    uintptr_t a[N];
-    for (int i = 0; i < N; i++) {
-      void *p = API(malloc)(sizes[s]);
-      CHECK(p != NULL, "malloc(%zu) failed", sizes[s]);
-      memset(p, 0x3c, sizes[s]);
-      a[i] = (uintptr_t)p;
-    }
-    size_t stride = usable_of((void *)a[0]) + 64;
-    for (int i = 1; i < N; i++) /* insertion sort by address */
-      for (int j = i; j > 0 && a[j - 1] > a[j]; j--) {
-        uintptr_t t = a[j];
-        a[j] = a[j - 1];
-        a[j - 1] = t;
-      }
-    unsigned close = 0;
-    for (int i = 1; i < N; i++) {
-      uintptr_t d = a[i] - a[i - 1];
-      if (d >= 64 * KiB || d % stride != 0) continue; /* not blocks of one page */
-      close++;
-      CHECK(((a[i] >> 6) & 63) != ((a[i - 1] >> 6) & 63), "malloc(%zu): blocks %p and %p start in the same cache set",
-            sizes[s], (void *)a[i - 1], (void *)a[i]);
-    }
-    CHECK(close >= N / 2, "malloc(%zu) x %d: only %u pairs %zu bytes apart (class size + 64)", sizes[s], N, close,
-          stride);
-    for (int i = 0; i < N; i++) API(free)((void *)a[i]);
-  }
-  size_t aligns[] = {128, 4096};
-  for (size_t a = 0; a < 2; a++) {
-    for (size_t size = 9216; size <= 61440; size += size / 2) {
-      enum { N = 8 };
-      void *p[N];
-      for (int i = 0; i < N; i++) {
-        CHECK(API(posix_memalign)(&p[i], aligns[a], size) == 0, "posix_memalign(%zu, %zu) failed", aligns[a], size);
-        CHECK(((uintptr_t)p[i] & (aligns[a] - 1)) == 0, "posix_memalign(%zu, %zu) = %p", aligns[a], size, p[i]);
-        CHECK(usable_of(p[i]) >= size, "posix_memalign(%zu, %zu): usable %zu", aligns[a], size, usable_of(p[i]));
-        memset(p[i], 0x3d, size);
-      }
-      /* large blocks lie 2 MiB apart at least; these share pages */
-      unsigned near = 0;
-      for (int i = 1; i < N; i++) {
-        uintptr_t d = (uintptr_t)p[i] > (uintptr_t)p[i - 1] ? (uintptr_t)p[i] - (uintptr_t)p[i - 1]
-                                                            : (uintptr_t)p[i - 1] - (uintptr_t)p[i];
-        near += d < MiB;
-      }
-      CHECK(near >= N / 2, "posix_memalign(%zu, %zu) x %d: only %u neighbours within 1 MiB", aligns[a], size, N, near);
-      for (int i = 0; i < N; i++) API(free)(p[i]);
-    }
-  }
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-#define RUN(fn)                                                  \
-  do {                                                           \
-    printf("test_api [%s]: %s ...", API_MODE, #fn);              \
-    fflush(stdout);                                              \
-    double t0_ = now_s();                                        \
-    fn();                                                        \
-    printf(" ok (%.2f s)\n", now_s() - t0_);                     \
-    fflush(stdout);                                              \
-  } while (0)
-
 int main(void) {
   compute_classes();
   pool_reserve(16384);
@@ -1361,22 +764,13 @@ int main(void) {
   RUN(test_realloc_basic);
   RUN(test_realloc_tiers);
   RUN(test_realloc_shrink_keeps);
-  RUN(test_realloc_large_shrinks_in_place);
-  RUN(test_realloc_in_place);
-  RUN(test_colored_blocks);
   RUN(test_realloc_huge);
   RUN(test_free_errno);
   RUN(test_trim);
-  RUN(test_trim_releases);
-  RUN(test_trim_inside_spans);
-  RUN(test_large_cache_resident);
-  RUN(test_large_cache_purged_calloc);
   RUN(test_free_sized);
 #ifndef HAK_API_PREFIX
   RUN(test_libc_extras);
 #endif
-  RUN(test_size_class_bounds);
-  RUN(test_class_padding);
   API(free)(pool);
   printf("test_api [%s]: all passed\n", API_MODE);
   return 0;

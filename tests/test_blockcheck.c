@@ -9,6 +9,7 @@
  * everything on a page that is not live. A wrong answer would let free()
  * take an interior or never-allocated pointer as a block. */
 #include "../src/internal.h"
+#include "test_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,8 +78,8 @@ int main(void) {
   }
   /* span blocks: a span of slabs less a colour */
   for (uint32_t s = 1; s <= 17; s++) sizes[n++] = (s << HK_SLAB_SHIFT) - 64 * (s % 8), sizes[n++] = s << HK_SLAB_SHIFT;
-  srand(12345);
-  while (n < sizeof sizes / sizeof sizes[0]) sizes[n++] = 8 + (uint32_t)rand() % (SPAN_MAX - 8);
+  uint64_t rng = 12345;
+  while (n < sizeof sizes / sizeof sizes[0]) sizes[n++] = 8 + (uint32_t)(hkt_rand(&rng) % (SPAN_MAX - 8));
 
   for (unsigned i = 0; i < n; i++) {
     uint32_t bs = sizes[i], reserved = SPAN_MAX / bs;

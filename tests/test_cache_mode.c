@@ -30,7 +30,7 @@ static pthread_barrier_t bar;
 static uint64_t seed_next = 1;
 
 static size_t pick_size(uint64_t *rng) {
-  uint64_t r = hkt_xorshift(rng);
+  uint64_t r = hkt_rand(rng);
   /* mostly small, some up to 8 KiB (the classes with a cache) */
   return (r & 3) ? 16 + (size_t)(r >> 8) % 1009 : 1024 + (size_t)(r >> 8) % 7169;
 }
@@ -135,7 +135,7 @@ int main(void) {
   /* own blocks only: the mode ends */
   int ops = 0;
   for (; ops < 2000 && in_cache_mode(); ops++) {
-    int i = 1 + 2 * (int)(hkt_xorshift(&rng) % (NBLK / 2));
+    int i = 1 + 2 * (int)(hkt_rand(&rng) % (NBLK / 2));
     hkt_blk_check(&a_own[i], "A's own block (own frees only)");
     free(a_own[i].p);
     alloc_blk(&a_own[i], pick_size(&rng));

@@ -79,9 +79,9 @@ static void on_child(void) {
 }
 
 static void *worker(void *arg) {
-  uint64_t r = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+  uint64_t rng = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
   while (!atomic_load(&stop)) {
-    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    uint64_t r = hkt_rand(&rng);
     size_t n = r % 64 == 0 ? (1u << 20) + r % (3u << 20) : r % 8 == 0 ? 8192 + r % 100000 : 1 + r % 512;
     void *p = malloc(n);
     if (p == NULL) abort();

@@ -18,6 +18,7 @@
  * HAKMEM_PURGE_DELAY_MS=0 (set by ctest) makes the reaper's idle test 1 ms. */
 #define _GNU_SOURCE
 #include "../src/internal.h"
+#include "test_util.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -58,16 +59,17 @@ static int intact(const unsigned char *p, size_t n, unsigned seed) {
 /* allocate, check and free a few thousand blocks of mixed sizes */
 static int churn(unsigned seed) {
   void *keep[NBLOCKS];
+  size_t len[NBLOCKS];
+  uint64_t rng = (uint64_t)seed + 1;
   for (int round = 0; round < 8; round++) {
     for (int i = 0; i < NBLOCKS; i++) {
-      size_t n = 16 + (size_t)((seed + (unsigned)i * 2654435761u) % 3000);
-      keep[i] = malloc(n);
+      len[i] = 16 + (size_t)(hkt_rand(&rng) % 3000);
+      keep[i] = malloc(len[i]);
       if (keep[i] == NULL) return 0;
-      fill(keep[i], n, seed + (unsigned)i);
+      fill(keep[i], len[i], seed + (unsigned)i);
     }
     for (int i = 0; i < NBLOCKS; i++) {
-      size_t n = 16 + (size_t)((seed + (unsigned)i * 2654435761u) % 3000);
-      if (!intact(keep[i], n, seed + (unsigned)i)) return 0;
+      if (!intact(keep[i], len[i], seed + (unsigned)i)) return 0;
       free(keep[i]);
     }
     seed += 17;

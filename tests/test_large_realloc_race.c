@@ -21,16 +21,11 @@
 
 static void *_Atomic ring[RING];
 
-static uint64_t next(uint64_t *s) {
-  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-  return *s >> 20;
-}
-
 static void *producer(void *arg) {
   (void)arg;
   uint64_t s = 1;
   for (long i = 0; i < BLOCKS; i++) {
-    size_t n = MiB + next(&s) % (3 * MiB);
+    size_t n = MiB + hkt_rand(&s) % (3 * MiB);
     unsigned char *p = (unsigned char *)API(malloc)(n);
     CHECK(p != NULL, "malloc(%zu) failed", n);
     memcpy(p, &n, sizeof n);
@@ -56,7 +51,7 @@ static void *consumer(void *arg) {
       size_t n;
       memcpy(&n, p, sizeof n);
       CHECK(p[n - 1] == 0xa5, "block %ld: last byte changed", got);
-      size_t m = n + next(&s) % (2 * MiB) + 1;
+      size_t m = n + hkt_rand(&s) % (2 * MiB) + 1;
       unsigned char *q = (unsigned char *)API(realloc)(p, m);
       CHECK(q != NULL, "realloc(%zu -> %zu) failed", n, m);
       size_t n2;

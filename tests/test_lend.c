@@ -30,10 +30,9 @@
 static hkt_blk small[NSMALL], big[ROUNDS][4096], again[NSMALL], kept[ROUNDS][NSMALL / 10];
 static int nbig[ROUNDS];
 static uint64_t rng = 88172645463325252ull;
-static uint64_t next_rand(void) { return hkt_xorshift(&rng); }
 
 static void alloc_blk(hkt_blk *b, size_t lo, size_t hi, uint64_t seed) {
-  hkt_blk_alloc(b, lo + (size_t)(next_rand() % (hi - lo + 1)), seed);
+  hkt_blk_alloc(b, lo + (size_t)(hkt_rand(&rng) % (hi - lo + 1)), seed);
 }
 
 static unsigned char *was[NSMALL]; /* the freed blocks' addresses */

@@ -50,7 +50,6 @@ static bool intact(const unsigned char *p, size_t n) {
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint64_t next(void) { return hkt_xorshift(&rng); }
 
 int main(void) {
   unsigned char *slot[SLOTS] = {0};
@@ -58,13 +57,13 @@ int main(void) {
   long faults0 = 0;
   for (long i = 0; i < WARMUP + OPS; i++) {
     if (i == WARMUP) faults0 = minor_faults();
-    size_t k = next() % SLOTS;
+    size_t k = hkt_rand(&rng) % SLOTS;
     if (slot[k] != NULL) {
       CHECK(intact(slot[k], size[k]), "block of %zu bytes at %p corrupted", size[k], (void *)slot[k]);
       API(free)(slot[k]);
       slot[k] = NULL;
     } else {
-      size[k] = (8u << 10) + next() % (24u << 10);
+      size[k] = (8u << 10) + hkt_rand(&rng) % (24u << 10);
       slot[k] = (unsigned char *)API(malloc)(size[k]);
       CHECK(slot[k] != NULL, "malloc(%zu) failed", size[k]);
       stamp(slot[k], size[k]);
