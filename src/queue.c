@@ -10,6 +10,10 @@
 
 #include <errno.h>
 
+#define FULL_SCAN_EVERY 64  /* new pages between two scans of the full list without a hint */
+#define CLOCK_EVERY 16      /* page searches between two readings of the clock */
+#define ADOPT_ROUNDS 4      /* abandoned pages adopted by one search at most, each followed by a queue walk */
+
 hk_page hk_page_empty = {.used = (uint32_t)HK_USED_NORMAL}; /* no blocks, normal state */
 hk_heap hk_heap_empty = {.free_owner = HK_NO_OWNER(&hk_heap_empty), /* (not NULL: abandoned pages) */
                          .by_size = {[0 ... HK_LUT_SLOTS - 1] = &hk_page_empty},
@@ -220,7 +224,7 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
   h->stats.pages_acquired++;
   /* Every so often look at all parked pages: a hint can be lost when a page
    * is abandoned and re-adopted while a remote free is in flight. */
-  if ((++h->fresh_count & 63) == 0) hk_store_relaxed(&h->remote_hint, 1);
+  if ((++h->fresh_count % FULL_SCAN_EVERY) == 0) hk_store_relaxed(&h->remote_hint, 1);
   return page;
 }
 
@@ -244,12 +248,12 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
   /* the clock every 16th search only, as a read on each costs the search
    * path; an owner idle for HK_IDLE_OWNER_MS by this measure makes fewer
    * than 1600 page searches a second */
-  if ((++h->searches & 15) == 0) hk_heap_note_active(h);
+  if ((++h->searches % CLOCK_EVERY) == 0) hk_heap_note_active(h);
   h->class_searched[cls] = h->purge_passes;
   if (hk_load_acquire(&h->remote_hint)) hk_heap_rescue_full(h);
   hk_page_queue *q = &h->queues[cls];
   hk_page *carvable = NULL;
-  for (int attempt = 0; attempt < 4; attempt++) {
+  for (int round = 0; round < ADOPT_ROUNDS; round++) {
     hk_page *next;
     for (hk_page *p = q->first; p != NULL; p = next) {
       next = p->next;
