@@ -55,7 +55,8 @@ static void uncurrent(hk_page *p) {
 static void unhold(hk_heap *h, hk_page *page) {
   if (!page->held) return;
   page->held = 0;
-  h->held_bytes -= page->capacity * page->block_size;
+  h->held_bytes -= (uint32_t)page->idle_ms; /* what it added: its capacity may have changed since */
+  page->idle_ms = 0;
 }
 
 void hk_heap_set_current(hk_heap *h, unsigned cls) {
@@ -169,6 +170,7 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
       hk_list_push_front(&h->queues[cls], page);
     } else if (page->nslabs > 1 && !hk_secure && !h->moving && h->held_bytes + carved <= HK_HELD_BYTES) {
       page->held = 1; /* stays queued: find_page takes it before a new span */
+      page->idle_ms = carved;
       h->held_bytes += carved;
       hk_purger_poke_free();
       return;

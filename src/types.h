@@ -173,7 +173,8 @@ typedef struct hk_page {
   uintptr_t free_key;        /* = key, for malloc, which reads only this line */
   _Atomic uintptr_t remote;  /* remote-free stack | state */
   struct hk_page *next, *prev; /* heap queue, full list or abandoned list */
-  uint64_t idle_ms;          /* abandoned and empty since (0: not empty), abandoned.c */
+  uint64_t idle_ms;          /* abandoned and empty since (0: not empty), abandoned.c; a spare's
+                                last use, spares.c; a held page's bytes in held_bytes, queue.c */
   _Atomic uint64_t park;     /* parked full: (parks so far << 32) | blocks handed out (remote.c) */
 } hk_page;
 

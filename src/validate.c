@@ -63,20 +63,23 @@ void hk_debug_page(const hk_page *page) {
 
 /* A heap's structure: each class's queue holds live pages of the class
  * owned by the heap and not parked, its first page is what direct[] and
- * by_size[] expose (hardened mode: nothing), the full
+ * by_size[] expose (hardened mode: nothing), held bytes add up, the full
  * list holds parked pages only, and the thread cache's counts agree with
  * its lists. deep: every page's free list too. */
 void hk_debug_heap(const hk_heap *h, bool deep) {
   if (h == &hk_heap_empty) return;
   hk_heap *tag = hk_owner_tag((hk_heap *)h);
+  uint64_t held = 0; /* held_bytes: the current pages' held[], and each held page's bytes */
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
     uint32_t n = 0;
+    held += h->held[c];
     CHECK_LIST(&h->queues[c], hk_page, n);
     for (const hk_page *p = h->queues[c].first; p != NULL; p = p->next) {
       hk_assert(p->cls == c || hk_span_block(p));
       hk_assert(hk_load_relaxed(&((hk_page *)p)->heap) == tag);
       hk_assert(!hk_page_parked(p));
       hk_assert(!hk_page_is_current(p) || p == h->queues[c].first);
+      if (p->held) held += p->idle_ms;
       if (deep) hk_debug_page(p);
     }
     const hk_page *cur = h->direct[c];
@@ -93,9 +96,12 @@ void hk_debug_heap(const hk_heap *h, bool deep) {
   for (const hk_page *p = h->full.first; p != NULL; p = p->next) {
     hk_assert(hk_page_parked(p));
     hk_assert(hk_load_relaxed(&((hk_page *)p)->heap) == tag);
+    if (p->held) held += p->idle_ms;
     if (deep) hk_debug_page(p);
   }
   hk_assert(h->free_owner == h || h->free_owner == HK_NO_OWNER(h));
+  hk_assert(held == h->held_bytes);
+  hk_assert(h->held_bytes <= HK_HELD_BYTES);
 }
 
 #endif /* HAKMEM_DEBUG */
