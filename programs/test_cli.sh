@@ -1,9 +1,12 @@
 #!/bin/sh
 # Checks the `hakmem` command: --version, --help, run of true/echo, the
 # error and exit status for a missing program, and `run --stats`.
-#   sh programs/test_cli.sh [PATH/TO/hakmem]     (default: build/programs/hakmem)
+#   sh programs/test_cli.sh [PATH/TO/hakmem [VERSION]]
+# PATH defaults to build/programs/hakmem; VERSION, the version --version must
+# print, to the one in CMakeLists.txt's project() (ctest passes it).
 set -u
 HAKMEM=${1:-$(dirname "$0")/../build/programs/hakmem}
+VERSION=${2:-$(sed -n 's/^project(hakmem VERSION \([0-9][0-9.]*\).*/\1/p' "$(dirname "$0")/../CMakeLists.txt")}
 fails=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -16,10 +19,11 @@ check() { # check NAME CONDITION...
 }
 
 [ -x "$HAKMEM" ] || { echo "FAIL - $HAKMEM is not an executable (build it with 'make')"; exit 1; }
+[ -n "$VERSION" ] || { echo "FAIL - no version given, none found in CMakeLists.txt"; exit 1; }
 
 out=$("$HAKMEM" --version); rc=$?
 check "--version exits 0" [ "$rc" -eq 0 ]
-check "--version prints 'hakmem 0.1.0'" [ "$out" = "hakmem 0.1.0" ]
+check "--version prints 'hakmem $VERSION'" [ "$out" = "hakmem $VERSION" ]
 
 "$HAKMEM" --help >"$tmp/help"; rc=$?
 check "--help exits 0" [ "$rc" -eq 0 ]

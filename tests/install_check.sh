@@ -1,8 +1,13 @@
 #!/bin/sh
 # Installs the build into a temporary prefix and checks that a program can
-# use hakmem through pkg-config and through CMake's find_package.
+# use hakmem through pkg-config and through CMake's find_package, and that
+# both report the project's version.
+#   sh tests/install_check.sh [VERSION]
+# VERSION defaults to the one in CMakeLists.txt's project().
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
+version=${1:-$(sed -n 's/^project(hakmem VERSION \([0-9][0-9.]*\).*/\1/p' "$root/CMakeLists.txt")}
+[ -n "$version" ] || { echo "FAIL: no version given, none found in $root/CMakeLists.txt"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$root/build" --prefix "$tmp/prefix" >/dev/null
@@ -26,11 +31,13 @@ int main(void) {
 }
 C
 # pkg-config
+pcversion=$(PKG_CONFIG_PATH="$pcdir" pkg-config --modversion hakmem)
+[ "$pcversion" = "$version" ] || { echo "FAIL: hakmem.pc has version '$pcversion', expected '$version'"; exit 1; }
 flags=$(PKG_CONFIG_PATH="$pcdir" pkg-config --cflags --libs hakmem)
 cc "$tmp/main.c" -o "$tmp/via_pkgconfig" $flags
 out=$(LD_LIBRARY_PATH="$libdir" "$tmp/via_pkgconfig")
 echo "pkg-config: $out"
-case "$out" in "0.1.0 ok usable="*) ;; *) echo "FAIL: pkg-config build printed '$out'"; exit 1;; esac
+case "$out" in "$version ok usable="*) ;; *) echo "FAIL: pkg-config build printed '$out'"; exit 1;; esac
 ldd "$tmp/via_pkgconfig" | grep -q "libhakmem.so" || { echo "FAIL: not linked to libhakmem.so"; exit 1; }
 
 # find_package
@@ -47,5 +54,5 @@ cmake -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/de
 cmake --build "$tmp/proj/build" >/dev/null
 out=$("$tmp/proj/build/via_cmake")
 echo "find_package: $out"
-case "$out" in "0.1.0 ok usable="*) ;; *) echo "FAIL: find_package build printed '$out'"; exit 1;; esac
+case "$out" in "$version ok usable="*) ;; *) echo "FAIL: find_package build printed '$out'"; exit 1;; esac
 echo "install check passed"

@@ -1,7 +1,7 @@
 /* test_abandoned_trim: an exited thread's page that empties is kept for
  * threads that start later, for the purge delay; meanwhile the purger
  * gives back all of it but what a fresh page would use (docs/DESIGN.md,
- * "Thread exit"). Run with HAKMEM_PURGE_DELAY_MS=1000: the purger passes
+ * "Thread life cycle"). Run with HAKMEM_PURGE_DELAY_MS=1000: the purger passes
  * every 500 ms, the page goes back to its region only after 1 s empty, and
  * the region's free slabs after another second, so memory that leaves
  * within 1.5 s of the page emptying was trimmed, not released.

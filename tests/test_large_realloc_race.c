@@ -2,10 +2,9 @@
  * them to another, which grows each with realloc and frees it. realloc of a
  * large block may move its mapping; the old address is then free, and the
  * first thread's next mapping can land there. The mover must take the old
- * address out of the ownership bitmap before the move: it did so after,
- * clearing the new mapping's bit, and that block's realloc then aborted
- * with "not allocated by hakmem" (4 of 6 runs of 20,000 blocks;
- * docs/DESIGN.md, "Regions, purging and the OS").
+ * address out of the ownership bitmap before the move: taken out after it,
+ * it would clear the new mapping's bit, and that block's realloc would
+ * abort with "not allocated by hakmem" (docs/DESIGN.md, "Large tier").
  */
 #include "api.h"
 

@@ -1,5 +1,5 @@
 /* test_lend: pages of medium blocks lend their free slabs to the regions
- * while they live (src/heap.c, lend_free_slabs).
+ * while they live (src/lend.c, lend_free_slabs).
  *
  * Each round: 1000 blocks of 9-60 KiB are written; 90 % of them are freed
  * (in the threaded round by another thread: remote frees); then blocks of

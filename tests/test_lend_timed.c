@@ -1,11 +1,10 @@
 /* test_lend_timed: a pass over the medium pages that the clock makes due
  * (once per purge delay) lends the free slabs of the pages of a class
  * still in use, all but its current page, before it purges the free
- * blocks' insides (src/heap.c, purge_blocks). Before, such a class only
- * had its free blocks purged; the pass that lent its slabs came once the
- * class had gone idle, and the spans that took them faulted them in again
- * (the fragmentation benchmark, when a timed pass fell early in its refill
- * phase: 36-37.5k page faults in that phase instead of 27k).
+ * blocks' insides (src/lend.c, hk_heap_purge_blocks): slabs lent while
+ * their class is busy serve other spans as they are, whereas slabs whose
+ * free blocks were purged first, and lent only once the class goes idle,
+ * are faulted in again by the spans that take them.
  *
  * 400 blocks of 40 KiB are written and 90 % of them freed; after the purge
  * delay, blocks of 200 KiB are allocated (each a new span, whose slow path

@@ -1,6 +1,8 @@
 /* test_link: a program linked with libhakmem.a (hakmem_static) must get
  * hakmem's malloc/free, for its own calls and for the C library's internal
- * allocations (strdup, fopen, getline, ...).
+ * allocations (strdup, fopen, getline, ...), and hak_version() must be the
+ * project's version (HKT_EXPECTED_VERSION, set by tests/CMakeLists.txt from
+ * CMakeLists.txt's project()).
  */
 #define _GNU_SOURCE
 #include "api.h"
@@ -15,6 +17,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifndef HKT_EXPECTED_VERSION
+#error "HKT_EXPECTED_VERSION (the project's version) is set by tests/CMakeLists.txt"
+#endif
+
 /* hakmem's documented classes: 8, then 16 B steps to 128, then 12.5 % steps */
 static size_t class_bound(size_t n) {
   if (n <= 8) return 8;
@@ -26,7 +32,8 @@ static size_t class_bound(size_t n) {
 
 int main(void) {
   const char *v = hak_version();
-  CHECK(v != NULL && strcmp(v, "0.1.0") == 0, "hak_version() = %s", v ? v : "(null)");
+  CHECK(v != NULL && strcmp(v, HKT_EXPECTED_VERSION) == 0, "hak_version() = %s, expected %s", v ? v : "(null)",
+        HKT_EXPECTED_VERSION);
   printf("test_link: hakmem %s linked statically\n", v);
 
   /* 1. free() of a stack pointer aborts with a hakmem message: proves free

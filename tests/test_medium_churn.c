@@ -2,13 +2,12 @@
  * and frees and allocates them in a loop must reuse its memory, not give it
  * back to the OS and fault it in again.
  *
- * 32 slots of 8-32 KiB blocks, replaced at random: about two blocks live
- * per size class, so a class's page keeps running empty. Retiring each
- * emptied page (before 2026-11-25) sent spans back to the regions, whose
- * purges on "growth" gave them to the OS and the next blocks faulted them
- * in again: 19.4k page faults in 3M operations (mid_large_mt 1 3000000 64),
- * 0.2x tcmalloc's speed. Now an emptied current page stays (heap.c,
- * hk_heap_page_emptied) and only net growth purges (region.c).
+ * 64 slots, each freed or given a new 8-32 KiB block at random: about 32
+ * blocks live, two per size class, so a class's page keeps running empty.
+ * Were each emptied page retired, its span would go back to its region,
+ * whose purges on "growth" would give it to the OS, and the next blocks
+ * would fault it in again. An emptied current page stays instead (queue.c,
+ * hk_heap_page_emptied), and only net growth purges (region.c).
  *
  * Checked: the page faults of the steady phase (after a warm-up) stay below
  * one per 1000 operations, and every block keeps its contents (a word at

@@ -2,14 +2,14 @@
  * ENOMEM, corrupts no live block, and what the program frees serves its
  * next requests, of another size too: before a mapping fails for good,
  * hakmem gives back what its caches and its arena reservation hold
- * (docs/DESIGN.md, "Regions, purging and the OS").
+ * (docs/DESIGN.md, "Hardened mode and tight mode").
  *
  * First, without a limit: a request larger than the machine's memory and
- * swap gets NULL and ENOMEM, as from glibc (until 2026-11-25 hakmem mapped
- * it with MAP_NORESERVE, outside the kernel's overcommit check, and
- * malloc(64 TiB) returned a block), leaves a block being resized intact,
- * and costs the arena nothing (its unused reservation is given up only
- * under an address-space limit); a successful realloc leaves errno alone.
+ * swap gets NULL and ENOMEM, as from glibc (hakmem maps no writable memory
+ * with MAP_NORESERVE, so the kernel's overcommit check refuses it), leaves a
+ * block being resized intact, and costs the arena nothing (its unused
+ * reservation is given up only under an address-space limit); a successful
+ * realloc leaves errno alone.
  *
  * The program re-runs itself (HKTEST_OOM_CHILD=1) with the limit set, so
  * that hakmem initialises under it, as in a program started by `ulimit -v`.
@@ -61,10 +61,9 @@ static size_t fill(size_t size, const char *what) {
 static int child(void) {
   size_t medium = fill(20000, "20 KB blocks");
   size_t large = fill(4 * MiB, "4 MiB blocks");
-  /* the 20 KB blocks' address space must serve the 4 MiB ones: while the
-   * arena kept its reservation, 476 MiB of them fit under this limit (here,
-   * 2026-11-25), 92 MiB after 310 MiB of 20 KB blocks under `ulimit -v
-   * 400000` (glibc: 376 and 398) */
+  /* the 20 KB blocks' address space must serve the 4 MiB ones: the arena
+   * gives up its unused reservation when a mapping fails under the limit,
+   * so 4 MiB blocks fill three quarters of the limit at least */
   CHECK(large >= LIMIT / 4 * 3, "after freeing %zu MiB of 20 KB blocks only %zu MiB of 4 MiB blocks fit under %zu MiB",
         medium / MiB, large / MiB, LIMIT / MiB);
   size_t again = fill(20000, "20 KB blocks again");

@@ -2,8 +2,8 @@
  * not of blocks it might hand out later. Carving a block onto a page's
  * free list writes its first word, which commits an OS page for a block of
  * 4 KiB or more; a page of such blocks that serves one block must leave the
- * OS pages of the next blocks untouched (docs/DESIGN.md, "Regions, purging
- * and the OS": carving).
+ * OS pages of the next blocks untouched (docs/DESIGN.md, "The malloc slow
+ * path": carving).
  */
 #include "api.h"
 

@@ -3,13 +3,13 @@
  * (hk_heap_reap).
  *
  * 0. Four threads that filled their spare spans and then idle: the purger
- *    gives back what each keeps beyond 2 MiB. (Until 2026-11-25 a heap's
- *    reuse zeroed its link in the list of all heaps, and the purger saw
- *    only the newest heap's spares: 17.5 -> 9.5 MiB instead of 4.8.)
+ *    gives back what each keeps beyond 2 MiB. It reaches them through the
+ *    list of all heaps, so every heap, a reused one too, must stay linked
+ *    there: RSS comes back within 6 MiB of where it started.
  * 1. Threads whose first allocation happens in glibc's last round of
  *    thread-specific-data destructors, after hakmem's own destructor's
- *    turn: each makes a heap that its thread never abandons (until
- *    2026-11-25 they stayed, 11.7 KiB and a page or more each).
+ *    turn: each makes a heap that its thread never abandons, and the
+ *    reaper must abandon every one of them (else each keeps its pages).
  * 2. A child forked while other threads of the parent own heaps: those
  *    threads do not exist in the child, but their heaps may have been
  *    caught mid-call by the fork, so the child leaves them alone (and

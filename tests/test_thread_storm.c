@@ -1,10 +1,10 @@
 /* test_thread_storm: 2,000 threads alive at once, then joined. Joining
  * them overflows glibc's cache of thread stacks, and glibc frees the
  * evicted threads' thread-local storage, through free(), while it holds
- * the lock on that cache; when such a free was the first to release memory,
- * the allocator started its purger thread from it, and pthread_create
- * waited on that same lock forever (docs/DESIGN.md, "The purger"). A
- * watchdog turns a hang into a failure.
+ * the lock on that cache. Such a free may be the first to release memory,
+ * yet must not start the purger thread from there: pthread_create would
+ * wait on that same lock forever (docs/DESIGN.md, "Regions, spans and
+ * purging": the purger). A watchdog turns a hang into a failure.
  */
 #include "api.h"
 
