@@ -37,7 +37,7 @@ def main():
     ap = argparse.ArgumentParser(description="Compare hakmem with glibc, mimalloc, jemalloc, tcmalloc.",
                                  epilog="benchmarks: " + ", ".join(b.name for b in catalog.BENCHMARKS))
     ap.add_argument("--quick", action="store_true", help="a subset with smaller sizes, 2 repeats (about a minute; "
-                    "with --sweep: 30 configurations, a few minutes)")
+                    "with --sweep: 30 configurations)")
     ap.add_argument("--only", action="append", default=[], metavar="NAME",
                     help="run only these benchmarks (repeatable or comma list; 'fixed' = all fixed_*; "
                     "with --sweep: the configurations whose id contains NAME)")
