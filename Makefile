@@ -75,8 +75,10 @@ install: build
 # Benchmarks (docs/BENCHMARKS.md): hakmem against glibc, mimalloc, jemalloc,
 # tcmalloc. Results go to bench/results/. bench: full suite, 5 repeats (under
 # 15 minutes on 2 cores); bench-quick: a subset in about a minute (CI);
-# bench-callgrind: instructions per malloc+free pair (needs valgrind).
-.PHONY: bench bench-quick bench-callgrind
+# bench-callgrind: instructions per malloc+free pair (needs valgrind);
+# bench-sweep: the workload sweep, 241 generated configurations x 3 repeats
+# (about 8 minutes on 2 cores); bench-sweep-quick: 30 of them, about a minute (CI).
+.PHONY: bench bench-quick bench-callgrind bench-sweep bench-sweep-quick
 bench: build
 	python3 bench/run.py
 
@@ -85,6 +87,12 @@ bench-quick: build
 
 bench-callgrind: build
 	python3 bench/run.py --callgrind
+
+bench-sweep: build
+	python3 bench/run.py --sweep
+
+bench-sweep-quick: build
+	python3 bench/run.py --sweep --quick
 
 clean:
 	rm -rf build build-clang build-asan build-tsan build-fuzz

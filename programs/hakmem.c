@@ -1,7 +1,7 @@
 /* hakmem: command-line front end.
  *
  *   hakmem run [--stats] [--] PROGRAM [ARGS...]   run PROGRAM with libhakmem.so preloaded
- *   hakmem bench [--quick] [--only NAME] [--with NAME=PATH] [run.py options]
+ *   hakmem bench [--quick] [--sweep] [--only NAME] [--with NAME=PATH] [run.py options]
  *   hakmem --version | --help
  *
  * Where things are looked up:
@@ -40,13 +40,15 @@
 
 static const char usage[] =
     "usage: hakmem run [--stats] [--] PROGRAM [ARGS...]\n"
-    "       hakmem bench [--quick] [--only NAME] [--with NAME=PATH] [--repeats N] [--out DIR] [--callgrind]\n"
+    "       hakmem bench [--quick] [--sweep] [--only NAME] [--with NAME=PATH] [--repeats N] [--out DIR]\n"
+    "                    [--callgrind]\n"
     "       hakmem --version | --help\n"
     "\n"
     "  run      run PROGRAM with the hakmem allocator preloaded (LD_PRELOAD)\n"
     "           --stats  print hakmem's counters to stderr when PROGRAM exits (HAKMEM_STATS=1)\n"
     "  bench    compare hakmem with glibc, mimalloc, jemalloc and tcmalloc on the benchmark\n"
-    "           suite; options are passed to the runner (run.py --help lists them all)\n"
+    "           suite; --sweep: on the workload sweep (generated configurations); options are\n"
+    "           passed to the runner (run.py --help lists them all)\n"
     "\n"
     "environment:\n"
     "  HAKMEM_LIB   path of libhakmem.so to use instead of the one found next to hakmem\n"
