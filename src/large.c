@@ -395,10 +395,9 @@ void hk_large_free(hk_region *r, void *p) {
     size_t recent = recent_live_locked(hk_os_now_ms(), 0);
     if (2 * recent > limit) limit = 2 * recent;
   }
-  if (hk_opt.large_cache_max > 0 && r->map_size <= limit) {
-    /* make room by evicting the oldest entries: the block freed last is
-     * the likeliest to serve the next request */
-    while ((cache_bytes + r->map_size > limit || cache_n >= (unsigned)hk_opt.large_cache_max) && cache_n > 0) {
+  if (cache_n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
+    /* make room by evicting the oldest entries */
+    while (cache_bytes + r->map_size > limit && cache_n > 0) {
       unsigned oldest = 0;
       for (unsigned i = 1; i < cache_n; i++)
         if (meta[i].at_ms < meta[oldest].at_ms) oldest = i;
