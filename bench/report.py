@@ -209,6 +209,19 @@ unset multiplot
     return [stem + ".svg"]
 
 
+def draw_with_system_python(json_path, stem):
+    """Draws the images of json_path with Debian's python3 (which has
+    python3-matplotlib) when this interpreter is another one: the files
+    written, or None."""
+    system_py = "/usr/bin/python3"
+    if os.path.exists(system_py) and os.path.realpath(sys.executable) != os.path.realpath(system_py):
+        p = subprocess.run([system_py, os.path.join(HERE, "run.py"), "--chart-from", json_path, "--chart-stem", stem],
+                           capture_output=True, text=True)
+        if p.returncode == 0:
+            return p.stdout.split()
+    return None
+
+
 def make_chart(json_path, stem):
     """Draws the chart with matplotlib, else Debian's python3 (which has
     python3-matplotlib) when this interpreter lacks it, else gnuplot."""
@@ -221,12 +234,9 @@ def make_chart(json_path, stem):
         return chart_matplotlib(data, stem)
     except ImportError:
         pass
-    system_py = "/usr/bin/python3"
-    if os.path.exists(system_py) and os.path.realpath(sys.executable) != os.path.realpath(system_py):
-        p = subprocess.run([system_py, os.path.join(HERE, "run.py"), "--chart-from", json_path, "--chart-stem", stem],
-                           capture_output=True, text=True)
-        if p.returncode == 0:
-            return p.stdout.split()
+    files = draw_with_system_python(json_path, stem)
+    if files is not None:
+        return files
     if shutil.which("gnuplot"):
         try:
             return chart_gnuplot(data, stem)

@@ -11,14 +11,11 @@ import csv
 import json
 import math
 import os
-import subprocess
-import sys
 
 import report
 import sweep_configs
 from runner import log
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 WORST = 20
 
 
@@ -209,12 +206,9 @@ def make_heatmaps(json_path, stem):
         return heatmaps_matplotlib(data, stem)
     except ImportError:
         pass
-    system_py = "/usr/bin/python3"
-    if os.path.exists(system_py) and os.path.realpath(sys.executable) != os.path.realpath(system_py):
-        p = subprocess.run([system_py, os.path.join(HERE, "run.py"), "--chart-from", json_path, "--chart-stem", stem],
-                           capture_output=True, text=True)
-        if p.returncode == 0:
-            return p.stdout.split()
+    files = report.draw_with_system_python(json_path, stem)
+    if files is not None:
+        return files
     log("note: no heat map images: install python3-matplotlib (sudo apt-get install python3-matplotlib); "
         "the markdown has them as tables")
     return []
