@@ -101,7 +101,7 @@ class Config:
         pages = max(1.0, m / 4096)
         ns = 60.0
         if m >= 128 * K:
-            ns += 4000  # mapping and unmapping (glibc) or at least faulting
+            ns += 300  # a cached mapping or span taken and given back
         fault = 1000 if m >= 64 * K else 15  # a page fault and zeroing, or a write to a resident page
         ns += {"none": 0, "first": 5, "page": fault * pages, "all": 0.15 * m + fault * pages}[self.touch]
         if self.realloc:

@@ -25,19 +25,45 @@ pthread_mutex_t hk_large_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #define LARGE_META sizeof(hk_page) /* the header's bytes: the region record (slot 0) */
 
-#define CACHE_MAX 64
-static hk_region *cache[CACHE_MAX]; /* hk_large_lock */
-/* What the cache's searches read of each entry, kept beside the array:
- * the headers of 4 MiB-aligned mappings all fall in the same cache sets,
- * and a scan that read them would miss on every entry. (`resident` is also in
- * the header, cached_resident, for the block that takes the entry.) */
-typedef struct cache_meta {
-  size_t map_size, resident, user_offset;
-  uint64_t at_ms;
-} cache_meta;
-static cache_meta meta[CACHE_MAX];
-static unsigned cache_n;
-static size_t cache_bytes;
+/* The cache: up to CACHE_MAX entries (hk_opt.large_cache_max), each a
+ * freed mapping, indexed by size in bins of eight per power of two (the
+ * size classes' spacing), so that a request finds a mapping of its own size
+ * without a search. A new mapping's size is rounded up to a bin's lower
+ * bound (not under a limit on mapped bytes, nor in hardened mode): freed,
+ * it serves every request of its bin whole, neither grown nor trimmed, at
+ * the cost of at most an eighth more address space (pages the block does
+ * not touch are never faulted in). A bin lists resident entries before
+ * purged ones, newest first; two age lists (resident, purged), oldest
+ * first, serve expiry, the resident budget and eviction. The entries live
+ * in one array beside the bins: the headers of 4 MiB-aligned mappings all
+ * fall in the same cache sets, and walks that read them would miss on
+ * every entry. Everything here is under hk_large_lock. */
+#define CACHE_MAX 512
+#define NIL 0 /* entries are numbered from 1: zeroed lists are empty */
+#define BIN_MIN_SHIFT 16 /* bin 0: below 64 KiB */
+#define NBINS 256
+typedef struct cache_entry {
+  hk_region *r;
+  size_t map_size, resident, user_offset; /* resident: data bytes committed */
+  uint64_t at_ms;                         /* when it was cached */
+  uint16_t bin;
+  uint16_t link[2][2]; /* [BY_BIN or BY_AGE][NEXT or PREV] */
+} __attribute__((aligned(64))) cache_entry; /* one cache line */
+enum { BY_BIN, BY_AGE };
+enum { NEXT, PREV };
+typedef struct { uint16_t first, last; } index_list;
+static cache_entry ent[CACHE_MAX + 1];
+static index_list bins[NBINS];
+/* the rest, together: the lock's holders pass these lines between cores */
+static struct {
+  unsigned n;              /* entries */
+  size_t bytes, resident;  /* their map_size and resident bytes, summed */
+  index_list age_resident, age_purged;
+  uint64_t bin_bits[NBINS / 64]; /* bit k: bins[k] is not empty */
+  unsigned used;           /* entries handed out at least once (from 1) */
+  unsigned free_n;         /* entries given back, in free[] */
+  uint16_t free[CACHE_MAX];
+} cache __attribute__((aligned(64))) = {.used = 1};
 /* Cached mappings keep their pages for quick reuse, but only up to this
  * many bytes, or as many as the large blocks still live if that is more:
  * beyond that, entries cached for CACHE_HOT_MS give their data pages back
@@ -51,7 +77,6 @@ static size_t cache_bytes;
  * a madvise per free and make the two threads queue on the lock. */
 #define CACHE_RESIDENT_MAX ((size_t)8 << 20)
 #define CACHE_HOT_MS 10
-static size_t cache_resident;
 
 /* Bytes the program asked for in its live large blocks, and their peak
  * over the current and the previous window of the purge delay: the
@@ -79,25 +104,95 @@ static size_t recent_live_locked(uint64_t now, size_t adding) {
 
 static size_t data_page(const hk_region *r);
 
+/* ---- the cache's lists ---- */
+static void list_unlink(index_list *l, unsigned i, int by) {
+  uint16_t nx = ent[i].link[by][NEXT], pv = ent[i].link[by][PREV];
+  if (pv != NIL) ent[pv].link[by][NEXT] = nx;
+  else l->first = nx;
+  if (nx != NIL) ent[nx].link[by][PREV] = pv;
+  else l->last = pv;
+}
+static void list_link(index_list *l, unsigned i, int by, bool front) {
+  uint16_t other = front ? l->first : l->last;
+  ent[i].link[by][NEXT] = front ? other : NIL;
+  ent[i].link[by][PREV] = front ? NIL : other;
+  if (other == NIL) l->last = l->first = (uint16_t)i;
+  else if (front) ent[other].link[by][PREV] = l->first = (uint16_t)i;
+  else ent[other].link[by][NEXT] = l->last = (uint16_t)i;
+}
+
+/* The bin of a mapping of `size` bytes: the highest whose lower bound
+ * (bin_size) it reaches. */
+static unsigned bin_of(size_t size) {
+  if (size < ((size_t)1 << BIN_MIN_SHIFT)) return 0;
+  unsigned b = 63u - (unsigned)__builtin_clzl(size);
+  unsigned k = (b - BIN_MIN_SHIFT) * 8u + (unsigned)((size >> (b - 3)) & 7u) + 1u;
+  return k < NBINS ? k : NBINS - 1;
+}
+static size_t bin_size(unsigned k) {
+  if (k == 0) return 0;
+  unsigned b = (k - 1) / 8 + BIN_MIN_SHIFT;
+  return (size_t)(8 + (k - 1) % 8) << (b - 3);
+}
+/* need rounded up to a bin's lower bound (a multiple of the page size) */
+static size_t bin_round(size_t need) {
+  unsigned k = bin_of(need);
+  return bin_size(k) == need || k == NBINS - 1 ? need : bin_size(k + 1);
+}
+
+static void cache_insert(hk_region *r, size_t resident, uint64_t now) {
+  unsigned i = cache.free_n ? cache.free[--cache.free_n] : cache.used++;
+  unsigned k = bin_of(r->map_size);
+  ent[i] = (cache_entry){r, r->map_size, resident, r->user_offset, now, (uint16_t)k, {{NIL, NIL}, {NIL, NIL}}};
+  list_link(&bins[k], i, BY_BIN, true);
+  cache.bin_bits[k / 64] |= (uint64_t)1 << (k % 64);
+  list_link(&cache.age_resident, i, BY_AGE, false);
+  cache.n++;
+  cache.bytes += r->map_size;
+  cache.resident += resident;
+}
+
+static hk_region *cache_remove(unsigned i) {
+  unsigned k = ent[i].bin;
+  list_unlink(&bins[k], i, BY_BIN);
+  if (bins[k].first == NIL) cache.bin_bits[k / 64] &= ~((uint64_t)1 << (k % 64));
+  list_unlink(ent[i].resident ? &cache.age_resident : &cache.age_purged, i, BY_AGE);
+  cache.n--;
+  cache.bytes -= ent[i].map_size;
+  cache.resident -= ent[i].resident;
+  cache.free[cache.free_n++] = (uint16_t)i;
+  return ent[i].r;
+}
+
 /* Purge the oldest resident entries cached for CACHE_HOT_MS while the cache
- * holds more resident bytes than the budget. Under hk_large_lock. */
+ * holds more resident bytes than the budget; each moves to the back of its
+ * bin and to the purged age list. */
 static void cache_enforce_budget_locked(uint64_t now) {
-  size_t live = hk_load_relaxed(&hk_stats.large_mapped_bytes) - cache_bytes;
+  size_t live = hk_load_relaxed(&hk_stats.large_mapped_bytes) - cache.bytes;
   size_t budget = live > CACHE_RESIDENT_MAX ? live : CACHE_RESIDENT_MAX;
-  while (cache_resident > budget) {
-    unsigned oi = CACHE_MAX;
-    for (unsigned i = 0; i < cache_n; i++)
-      if (meta[i].resident && now >= meta[i].at_ms + CACHE_HOT_MS && (oi == CACHE_MAX || meta[i].at_ms < meta[oi].at_ms))
-        oi = i;
-    if (oi == CACHE_MAX) break;
-    hk_region *old = cache[oi];
-    meta[oi].resident = 0;
+  while (cache.resident > budget && cache.age_resident.first != NIL) {
+    unsigned i = cache.age_resident.first;
+    if (now < ent[i].at_ms + CACHE_HOT_MS) break;
+    hk_region *old = ent[i].r;
     hk_os_purge((char *)old + data_page(old), old->cached_resident);
     if (!hk_secure) memset((char *)old + LARGE_META, 0, HK_OS_PAGE - LARGE_META); /* the header's page */
-    cache_resident -= old->cached_resident;
+    cache.resident -= ent[i].resident;
+    ent[i].resident = 0;
     old->cached_resident = 0;
     old->large_zero = 1; /* its data reads back as zeros */
+    list_unlink(&cache.age_resident, i, BY_AGE);
+    list_link(&cache.age_purged, i, BY_AGE, false);
+    list_unlink(&bins[ent[i].bin], i, BY_BIN);
+    list_link(&bins[ent[i].bin], i, BY_BIN, false);
   }
+}
+
+/* The oldest entry (NIL: none). */
+static unsigned cache_oldest(void) {
+  unsigned a = cache.age_resident.first, b = cache.age_purged.first;
+  if (a == NIL) return b;
+  if (b == NIL) return a;
+  return ent[b].at_ms < ent[a].at_ms ? b : a;
 }
 
 /* Blocks aligned to 4 MiB or more (the region size) cannot keep their
@@ -127,7 +222,7 @@ static size_t round_page(size_t n) { return (n + HK_OS_PAGE - 1) & ~(size_t)(HK_
 void hk_large_usage(size_t *mapped, size_t *cached) {
   hk_lock(&hk_large_lock);
   *mapped = hk_load_relaxed(&hk_stats.large_mapped_bytes);
-  *cached = cache_bytes;
+  *cached = cache.bytes;
   hk_unlock(&hk_large_lock);
 }
 
@@ -145,33 +240,21 @@ static void unmap_large(hk_region *r) {
   hk_os_unmap(r, r->map_size);
 }
 
-static void cache_remove_at(unsigned i) {
-  cache_bytes -= meta[i].map_size;
-  cache_resident -= meta[i].resident;
-  cache_n--;
-  cache[i] = cache[cache_n];
-  meta[i] = meta[cache_n];
-}
-
 /* Take expired (or, with force, all) entries out of the cache; the caller
  * unmaps them after dropping the lock. */
 static unsigned cache_expire_locked(hk_region **out, bool force) {
   uint64_t now = hk_os_now_ms();
   unsigned n = 0;
-  for (unsigned i = 0; i < cache_n;) {
-    if (force || now >= meta[i].at_ms + (uint64_t)hk_opt.purge_delay_ms) {
-      victim(out, &n, cache[i]);
-      cache_remove_at(i);
-    } else {
-      i++;
-    }
+  for (unsigned i; (i = cache_oldest()) != NIL;) {
+    if (!force && now < ent[i].at_ms + (uint64_t)hk_opt.purge_delay_ms) break;
+    victim(out, &n, cache_remove(i));
   }
   return n;
 }
 
 bool hk_large_pending(void) {
   hk_lock(&hk_large_lock);
-  bool any = cache_n > 0;
+  bool any = cache.n > 0;
   hk_unlock(&hk_large_lock);
   return any;
 }
@@ -224,39 +307,62 @@ static hk_region *map_large(size_t need, size_t align) {
  * (hk_space_tight) any tail of a page or more goes. */
 #define TRIM_MIN ((size_t)1 << 20)
 
-/* A cached mapping for `need` bytes (a block of `size`), or NULL: the
- * smallest that holds it, a resident one before a purged one (faults);
- * else the largest resident one, grown with mremap (its pages move with
- * it; only the growth is new). Hardened mode: only one with the same data
- * offset, so the guard pages stay in place, and never grown or trimmed. */
-static hk_region *cache_take(size_t need, size_t off, size_t size) {
+/* How many bins above a request's own a cached mapping is taken from whole
+ * before the search looks further (then trims what it takes). */
+#define NEAR_BINS 2
+
+/* The first entry of bin k usable for a block at data offset `off` (hardened
+ * mode: only one with the same offset, so the guard pages stay in place),
+ * resident ones first; NIL if none. */
+static unsigned bin_first(unsigned k, size_t off) {
+  unsigned i = bins[k].first;
+  if (hk_secure)
+    while (i != NIL && ent[i].user_offset != off) i = ent[i].link[BY_BIN][NEXT];
+  return i;
+}
+/* The lowest non-empty bin from k up (NBINS: none). */
+static unsigned bin_next(unsigned k) {
+  for (unsigned w = k / 64; w < NBINS / 64; w++) {
+    uint64_t bits = cache.bin_bits[w] & (w == k / 64 ? ~(uint64_t)0 << (k % 64) : ~(uint64_t)0);
+    if (bits) return w * 64 + (unsigned)__builtin_ctzll(bits);
+  }
+  return NBINS;
+}
+
+/* A cached mapping for `need` bytes (a block of `size`), or NULL: one of
+ * the request's bin or up to NEAR_BINS above, a resident one first; else
+ * the smallest that holds it; else the largest resident one, grown with
+ * mremap (its pages move with it; only the growth is new). Hardened mode:
+ * only one of the near bins with the same data offset, never grown or
+ * trimmed. `want` is
+ * need rounded to its bin (bin_round), what a trim or growth leaves. */
+static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) {
   hk_region *r = NULL;
   bool grow = false, trim = false;
   hk_lock(&hk_large_lock);
   size_t recent = recent_live_locked(hk_os_now_ms(), size);
-  unsigned best = CACHE_MAX, largest = CACHE_MAX;
-  for (unsigned i = 0; i < cache_n; i++) {
-    size_t m = meta[i].map_size;
-    bool res = meta[i].resident != 0;
-    if (hk_secure && meta[i].user_offset != off) continue;
-    if (m >= need) {
-      bool bres = best != CACHE_MAX && meta[best].resident != 0;
-      if (best == CACHE_MAX || res > bres || (res == bres && m < meta[best].map_size)) best = i;
-    } else if (res && !hk_secure && (largest == CACHE_MAX || m > meta[largest].map_size)) {
-      largest = i;
-    }
+  unsigned k = bin_of(need), best = NIL;
+  if (bin_size(k) < need) k++; /* entries of bin k may be smaller than need */
+  for (unsigned b = k; b <= k + NEAR_BINS && b < NBINS; b++) {
+    unsigned i = bin_first(b, off);
+    if (i != NIL && (best == NIL || (ent[i].resident && !ent[best].resident))) best = i;
+    if (best != NIL && ent[best].resident) break;
   }
-  if (best == CACHE_MAX && largest != CACHE_MAX) {
-    best = largest;
-    grow = true;
+  /* (hardened mode: a mapping never trimmed would hold a small block's
+   * address space many times over) */
+  for (unsigned b = k + NEAR_BINS + 1; best == NIL && !hk_secure && (b = bin_next(b)) < NBINS; b++) best = bins[b].first;
+  if (best == NIL && !hk_secure) {
+    /* the largest resident one below: bins from k down, heads only */
+    for (unsigned b = k < NBINS ? k : NBINS - 1; b-- > 0 && best == NIL;)
+      if (bins[b].first != NIL && ent[bins[b].first].resident && ent[bins[b].first].map_size < need) best = bins[b].first;
+    grow = best != NIL;
   }
-  if (best != CACHE_MAX) {
-    r = cache[best];
-    cache_remove_at(best);
+  if (best != NIL) {
+    r = cache_remove(best);
     bool tight = hk_load_relaxed(&hk_space_tight);
-    if (!grow && !hk_secure && r->map_size - need >= (tight ? HK_OS_PAGE : TRIM_MIN)) {
-      size_t held = hk_load_relaxed(&hk_stats.large_mapped_bytes) - cache_bytes +
-                    cache_resident; /* live mappings, this one included, and resident cached ones */
+    if (!grow && !hk_secure && r->map_size - want >= (tight ? HK_OS_PAGE : TRIM_MIN) && r->map_size > want) {
+      size_t held = hk_load_relaxed(&hk_stats.large_mapped_bytes) - cache.bytes +
+                    cache.resident; /* live mappings, this one included, and resident cached ones */
       size_t budget = 2 * recent > CACHE_RESIDENT_MAX ? 2 * recent : CACHE_RESIDENT_MAX;
       trim = held > budget || tight;
     }
@@ -269,11 +375,11 @@ static hk_region *cache_take(size_t need, size_t off, size_t size) {
   if (grow) {
     /* out of the ownership map while it moves (see hk_large_realloc) */
     hk_region_unregister(r);
-    hk_region *n = hk_os_remap(r, old, need, HK_REGION_SIZE);
+    hk_region *n = hk_os_remap(r, old, want, HK_REGION_SIZE);
     size_t gone = old; /* (the bytes to unmap when it fails) */
     if (n != NULL && !hk_region_map_prepare(n)) { /* no leaf for its new place */
       r = n;
-      gone = need;
+      gone = want;
       n = NULL;
     }
     if (n == NULL) { /* give it back, map afresh */
@@ -284,14 +390,14 @@ static hk_region *cache_take(size_t need, size_t off, size_t size) {
     }
     hk_region_register(n);
     hk_stat_add(large_remaps, 1);
-    n->map_size = need;
+    n->map_size = want;
     hk_stat_peak(&hk_stats.large_peak_bytes,
-                 hk_add_relaxed(&hk_stats.large_mapped_bytes, need - old) + need - old);
+                 hk_add_relaxed(&hk_stats.large_mapped_bytes, want - old) + want - old);
     return n;
   }
-  if (trim && hk_os_shrink(r, old, need)) {
-    hk_sub_relaxed(&hk_stats.large_mapped_bytes, old - need);
-    r->map_size = need;
+  if (trim && hk_os_shrink(r, old, want)) {
+    hk_sub_relaxed(&hk_stats.large_mapped_bytes, old - want);
+    r->map_size = want;
   }
   return r;
 }
@@ -332,12 +438,15 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   size_t span = colored ? HK_OS_PAGE - 64 : off; /* the largest coloured offset */
   size_t need = round_page(span + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
   bool detach = align >= HK_REGION_SIZE;
-  hk_region *r = detach ? NULL : cache_take(need, off, size);
+  /* the mapping's size: rounded to its cache bin (not under a limit, nor
+   * hardened: the tail guard must follow the data) */
+  size_t want = tight || hk_secure || detach ? need : bin_round(need);
+  hk_region *r = detach ? NULL : cache_take(need, want, off, size);
   /* a reused mapping keeps its colour: a program that reuses the block
    * writes the same lines, which may still be cached */
   if (r != NULL && colored && r->user_offset >= LARGE_META && r->user_offset <= span) off = r->user_offset;
   if (r == NULL) {
-    r = map_large(need, detach ? align : HK_REGION_SIZE);
+    r = map_large(want, detach ? align : HK_REGION_SIZE);
     if (r == NULL) {
       errno = ENOMEM;
       return NULL;
@@ -395,21 +504,12 @@ void hk_large_free(hk_region *r, void *p) {
     size_t recent = recent_live_locked(hk_os_now_ms(), 0);
     if (2 * recent > limit) limit = 2 * recent;
   }
-  if (cache_n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
+  if (cache.n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
     /* make room by evicting the oldest entries */
-    while (cache_bytes + r->map_size > limit && cache_n > 0) {
-      unsigned oldest = 0;
-      for (unsigned i = 1; i < cache_n; i++)
-        if (meta[i].at_ms < meta[oldest].at_ms) oldest = i;
-      victim(victims, &nv, cache[oldest]);
-      cache_remove_at(oldest);
-    }
+    while (cache.bytes + r->map_size > limit && cache.n > 0) victim(victims, &nv, cache_remove(cache_oldest()));
     uint64_t now = hk_os_now_ms();
     r->cached_resident = r->map_size - guard_tail() - data_page(r);
-    meta[cache_n] = (cache_meta){r->map_size, r->cached_resident, r->user_offset, now};
-    cache[cache_n++] = r;
-    cache_bytes += r->map_size;
-    cache_resident += r->cached_resident;
+    cache_insert(r, r->cached_resident, now);
     cache_enforce_budget_locked(now);
   } else {
     victim(victims, &nv, r);
@@ -454,14 +554,16 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
    * block would then read as "not allocated by hakmem". The block is the
    * caller's: no other thread may look it up meanwhile. */
   hk_region_unregister(r);
-  hk_region *n = hk_os_remap(r, old, need, HK_REGION_SIZE);
+  /* rounded to a cache bin, as a new mapping: room to grow further in place */
+  size_t want = hk_load_relaxed(&hk_space_tight) ? need : bin_round(need);
+  hk_region *n = hk_os_remap(r, old, want, HK_REGION_SIZE);
   hk_region_register(n != NULL ? n : r);
   if (n == NULL) return NULL;
   hk_stat_add(large_remaps, 1);
-  n->map_size = need;
+  n->map_size = want;
   n->block_end = need;
   resize_asked(n, size);
   hk_stat_peak(&hk_stats.large_peak_bytes,
-               hk_add_relaxed(&hk_stats.large_mapped_bytes, need - old) + need - old);
+               hk_add_relaxed(&hk_stats.large_mapped_bytes, want - old) + want - old);
   return (char *)n + n->user_offset;
 }

@@ -31,7 +31,7 @@ static option_desc options[] = {
    "empty 4 MiB regions kept mapped (purged) per region list instead of unmapped"},
   {"LARGE_CACHE_MB", &hk_opt.large_cache_mb, 64, 0, 1 << 20,
    "bytes of freed large blocks kept mapped for reuse"},
-  {"LARGE_CACHE_ENTRIES", &hk_opt.large_cache_max, 64, 0, 64,
+  {"LARGE_CACHE_ENTRIES", &hk_opt.large_cache_max, 256, 0, 512,
    "number of freed large blocks kept for reuse"},
   {"VERBOSE", &hk_opt.verbose, 0, 0, 1, "print warnings (e.g. failed munmap) to stderr"},
   {"SECURE", &hk_opt.secure, HAKMEM_SECURE_DEFAULT, 0, 2,
