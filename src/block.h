@@ -268,6 +268,12 @@ HK_INLINE unsigned hk_color_slabs(unsigned cls, unsigned nslabs) {
 HK_INLINE bool hk_colored_page(unsigned cls, unsigned nslabs) {
   return hk_class_colored[cls] && nslabs == hk_class_slabs[cls] && !hk_secure;
 }
+/* A page of one block that fills its span (but a colour slab): realloc
+ * resizes it in place (queue.c, hk_heap_resize_span_block). */
+HK_INLINE bool hk_span_block(const hk_page *page) {
+  return page->reserved == 1 &&
+         page->block_size + (hk_color_slabs(page->cls, page->nslabs) << HK_SLAB_SHIFT) == hk_page_span_bytes(page);
+}
 /* hk_page_extend carves the blocks of HK_EXTEND_BYTES at a time, or one */
 #define HK_EXTEND_BYTES (4u << 10)
 HK_INLINE uint32_t hk_extend_blocks(uint32_t block_size) {

@@ -221,7 +221,6 @@ void *hk_heap_alloc(hk_heap *h, size_t size, unsigned cls); /* a block of class 
 void hk_heap_page_emptied(hk_heap *heap, hk_page *page);
 void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b);
 void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b);
-bool hk_span_block(const hk_page *page);
 bool hk_heap_resize_span_block(hk_heap *heap, hk_page *page, size_t size);
 void *hk_heap_alloc_span_block(hk_heap *heap, size_t size);
 /* The owner's clock (active_ms), read by every thread that frees one of

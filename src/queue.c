@@ -313,15 +313,12 @@ void *hk_heap_alloc(hk_heap *h, size_t size, unsigned cls) {
  * page of the class of its new length, coloured if it was. Copying a
  * buffer that grows step by step through the medium sizes would otherwise
  * be the bulk of realloc's cost. */
-bool hk_span_block(const hk_page *page) {
-  return page->reserved == 1 &&
-         page->block_size + (hk_color_slabs(page->cls, page->nslabs) << HK_SLAB_SHIFT) == hk_page_span_bytes(page);
-}
 
 static void span_block_sized(hk_page *page, unsigned color_slabs) {
   uint32_t bs = hk_page_span_bytes(page) - (color_slabs << HK_SLAB_SHIFT);
   page->cls = (uint8_t)hk_size_class(bs);
   page->block_size = bs;
+  page->resized = 1;
   page->div_magic = hk_div_magic(bs);
   hk_page_set_carved(page);
 }
@@ -364,6 +361,7 @@ void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
   hk_page *page = fresh_page(h, cls, n, room);
   if (page == NULL) return NULL;
   hk_page_extend(page);
+  page->resized = 1;
   hk_block *b = hk_page_pop(page);
   /* no other thread knows the page yet: park it directly */
   hk_page_park_note(page, 1);
