@@ -60,7 +60,7 @@ hk_heap *hk_heap_new(void) {
   h->cache_bytes = 0;
   h->free_owner = h;
   h->full.first = h->full.last = NULL;
-  h->block_purge_ms = 0;
+  h->block_purge_ms = hk_os_now_ms() + (uint64_t)hk_opt.purge_delay_ms; /* its first timed pass (lend.c) */
   h->purge_passes = 1; /* class_searched[] (0) then matches no pass */
   memset(h->class_searched, 0, sizeof h->class_searched);
   h->growth_epoch = hk_load_relaxed(&hk_growth_epoch);
