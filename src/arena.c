@@ -35,7 +35,18 @@ char *hk_arena_base = (char *)((uintptr_t)1 << 63);
 _Atomic size_t hk_arena_slots;                 /* slots reserved, slot 0 included (read by hk_region_of) */
 static size_t arena_next = 1;                  /* slots below this were used once */
 _Atomic bool hk_space_tight;
-void hk_space_check(void) { hk_store_relaxed(&hk_space_tight, hk_os_space_tight()); }
+/* The limits are asked at most once a millisecond (two system calls, which
+ * a program mapping large blocks in a loop would otherwise make for every
+ * mapping), and at once after a mapping failed (force: hk_pressure_release),
+ * so a limit set just before its first mapping costs at most that mapping's
+ * retry. */
+void hk_space_check(bool force) {
+  static _Atomic uint64_t asked_ms;
+  uint64_t now = hk_os_now_ms() + 1; /* (0: never asked) */
+  if (!force && hk_load_relaxed(&asked_ms) == now) return;
+  hk_store_relaxed(&asked_ms, now);
+  hk_store_relaxed(&hk_space_tight, hk_os_space_tight());
+}
 _Atomic bool hk_arena_shrunk;                   /* some slots are holes (hk_region_of) */
 _Atomic uint64_t hk_arena_holes[HK_ARENA_REGIONS / 64];
 static uint64_t arena_free[HK_ARENA_REGIONS / 64]; /* bit i: slot i (< arena_next) is decommitted */

@@ -128,7 +128,7 @@ void hk_region_unregister(void *base);
  * their size in the large tier instead of taking a class's rounding, a
  * span's slack and a region's room. */
 extern _Atomic bool hk_space_tight;
-void hk_space_check(void); /* ask again (before a region or large mapping) */
+void hk_space_check(bool force); /* ask again (before a region or large mapping) */
 #define HK_TIGHT_LARGE_MIN ((size_t)64 << 10)
 void hk_arena_fork_lock(void);
 void hk_arena_fork_unlock(void);

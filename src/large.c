@@ -284,7 +284,7 @@ static void place_guards(hk_region *r) {
 /* A fresh mapping for a large block, its header filled in; NULL when out of
  * memory even after giving back what the caches hold. */
 static hk_region *map_large(size_t need, size_t align) {
-  hk_space_check();
+  hk_space_check(false);
   hk_region *r = hk_os_map_aligned(need, align);
   if (r != NULL && !hk_region_map_prepare(r)) {
     hk_os_unmap(r, need);

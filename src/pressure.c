@@ -26,6 +26,7 @@ static bool release_cached(void) {
  * without this, a program that freed its medium blocks would get NULL for
  * a large block with most of the limit unused. */
 void hk_pressure_release(size_t need) {
+  hk_space_check(true); /* a limit may have been set since it was last asked */
   release_cached();
   /* The arena's unused reservation goes for good: only when an
    * address-space limit is what the mapping ran into (a request no machine

@@ -203,7 +203,7 @@ static hk_region_info *region_new(region_list *l) {
   hk_region_info *info = info_take();
   if (info == NULL) return NULL;
   hk_region *slot = hk_arena_take();
-  hk_space_check();
+  hk_space_check(false);
   hk_region *r = slot;
   if (r != NULL && !hk_os_commit(r, HK_REGION_SIZE)) r = NULL;
   if (r == NULL) r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE);
