@@ -21,7 +21,7 @@
 #include <errno.h>
 #include <string.h>
 
-pthread_mutex_t hk_large_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t hk_large_lock = HK_SPIN_MUTEX_INITIALIZER;
 
 #define LARGE_META sizeof(hk_page) /* the header's bytes: the region record (slot 0) */
 

@@ -134,11 +134,7 @@ void hk_region_init(void) {
   list_count = cpus < HK_REGION_LISTS_MIN ? HK_REGION_LISTS_MIN : cpus > HK_REGION_LISTS_MAX ? HK_REGION_LISTS_MAX : cpus;
   if (hk_opt.region_lists > 0) list_count = (unsigned)hk_opt.region_lists;
   for (unsigned k = 0; k < list_count; k++) {
-#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP /* glibc: spins a while before sleeping */
-    list_locks[k].m = (pthread_mutex_t)PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
-#else
-    pthread_mutex_init(&list_locks[k].m, NULL);
-#endif
+    list_locks[k].m = (pthread_mutex_t)HK_SPIN_MUTEX_INITIALIZER;
   }
   hk_arena_init();
 }

@@ -48,6 +48,16 @@ static inline __attribute__((always_inline)) bool hk_trylock(pthread_mutex_t *m)
   return hk_fork_holder || pthread_mutex_trylock(m) == 0;
 }
 
+/* The initialiser of the locks that many threads take for short critical
+ * sections (the region lists, the large cache): glibc's adaptive mutex
+ * spins a while before it sleeps, where a plain one makes a futex call for
+ * nearly every contended acquisition. */
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+#define HK_SPIN_MUTEX_INITIALIZER PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+#else
+#define HK_SPIN_MUTEX_INITIALIZER PTHREAD_MUTEX_INITIALIZER
+#endif
+
 #pragma GCC visibility pop
 
 #endif /* HK_SYNC_H */
