@@ -77,6 +77,7 @@ hk_heap *hk_heap_new(void) {
 }
 void hk_heap_abandon(hk_heap *h) {
   hk_cache_flush_all(h);
+  hk_heap_stash_flush(h);
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
     hk_page *p;
     while ((p = h->queues[c].first) != NULL) {
@@ -138,6 +139,7 @@ void *hk_heap_alloc_late(size_t size, unsigned cls) {
 /* Collect remote frees and give back empty pages (malloc_trim). */
 void hk_heap_collect(hk_heap *h, bool release_all) {
   hk_cache_flush_all(h);
+  hk_heap_stash_flush(h);
   hk_heap_rescue_full(h);
   hk_heap_purge_blocks(h, true);
   for (unsigned c = 0; c < HK_NCLASSES; c++) {

@@ -133,10 +133,67 @@ void hk_heap_rescue_full(hk_heap *h) {
   }
 }
 
+/* ---- the stash: freed blocks of pages of one block ----
+ * A page of one block (64 KiB and up) empties at every free of its block
+ * and fills at every malloc, and each time the page moves between the
+ * queue, the full list and the region: a page search, a park (an atomic
+ * compare-and-swap) and often a span given back and taken again, for one
+ * block. The stash keeps such a freed block in its page, still counted as
+ * handed out, on a list per class that the malloc slow path takes first,
+ * within HK_HELD_BYTES (with the held pages): a free and a malloc of such
+ * blocks then touch no page. A stashed block carries the foreign tag, so
+ * freeing it again is a double free. The stash goes back to the pages at
+ * a heap's timed purge pass (at most a purge delay later), at malloc_trim
+ * and at thread exit. */
+static bool stash_put(hk_heap *h, hk_page *page) {
+  uint32_t bs = page->block_size;
+  /* (the current page stays current instead, held, and serves the fast
+   * path: page_emptied) */
+  if (page->reserved != 1 || hk_secure || h->moving || page == h->queues[page->cls].first ||
+      h->held_bytes + h->stash_bytes + bs > HK_HELD_BYTES)
+    return false;
+  /* the block just pushed is the list's head: take it back */
+  hk_block *b = page->free;
+  page->free = hk_link_next(b, page->key);
+  page->used++;
+  b->link = hk_foreign_tag(page);
+  (&b->link)[1] = (uintptr_t)h->stash[page->cls] ^ hk_key;
+  h->stash[page->cls] = b;
+  h->stash_bytes += bs;
+  return true;
+}
+
+/* A stashed block of class cls, live again, or NULL. */
+static hk_block *stash_take(hk_heap *h, unsigned cls) {
+  hk_block *b = h->stash[cls];
+  if (b == NULL) return NULL;
+  h->stash[cls] = (hk_block *)((&b->link)[1] ^ hk_key);
+  h->stash_bytes -= hk_page_of(hk_region_of(b), b)->block_size;
+  b->link = 0;
+  (&b->link)[1] = 0;
+  return b;
+}
+
+static void page_emptied(hk_heap *h, hk_page *page);
+
+void hk_heap_stash_flush(hk_heap *h) {
+  for (unsigned c = 0; c < HK_NCLASSES && h->stash_bytes != 0; c++) {
+    hk_block *b;
+    while ((b = stash_take(h, c)) != NULL) {
+      hk_page *page = hk_page_of(hk_region_of(b), b);
+      if (hk_page_push(page, b, page->key)) page_emptied(h, page);
+    }
+  }
+}
+
 /* Called by free() when a page became empty, or when it received a block
  * while parked on the full list. */
-#define SWAP_SLABS 4
 void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
+  if (!stash_put(h, page)) page_emptied(h, page);
+}
+
+#define SWAP_SLABS 4
+static void page_emptied(hk_heap *h, hk_page *page) {
   unsigned cls = page->cls;
   if (hk_page_parked(page)) {
     /* The state word says FULL: return it to NORMAL, taking any remote
@@ -168,7 +225,7 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
       hk_list_remove(&h->queues[cls], page);
       uncurrent(cur);
       hk_list_push_front(&h->queues[cls], page);
-    } else if (page->nslabs > 1 && !hk_secure && !h->moving && h->held_bytes + carved <= HK_HELD_BYTES) {
+    } else if (page->nslabs > 1 && !hk_secure && !h->moving && h->held_bytes + h->stash_bytes + carved <= HK_HELD_BYTES) {
       page->held = 1; /* stays queued: find_page takes it before a new span */
       page->idle_ms = carved;
       h->held_bytes += carved;
@@ -182,7 +239,7 @@ void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
   } else if (hk_page_used(page) == 0 && page->nslabs > 1 && h->held[cls] == 0) {
     /* the current page itself emptied: held (until hk_heap_set_direct replaces it) */
     uint32_t carved = page->capacity * page->block_size;
-    if (!hk_secure && !h->moving && h->held_bytes + carved <= HK_HELD_BYTES) {
+    if (!hk_secure && !h->moving && h->held_bytes + h->stash_bytes + carved <= HK_HELD_BYTES) {
       h->held[cls] = carved;
       h->held_bytes += carved;
       /* as a single-slab current page: it stays when it empties again
@@ -251,6 +308,10 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
    * path; an owner idle for HK_IDLE_OWNER_MS by this measure makes fewer
    * than 1600 page searches a second */
   if ((++h->searches % CLOCK_EVERY) == 0) hk_heap_note_active(h);
+  if (h->stash_stale) {
+    h->stash_stale = 0;
+    hk_heap_stash_flush(h);
+  }
   h->class_searched[cls] = h->purge_passes;
   if (hk_load_acquire(&h->remote_hint)) hk_heap_rescue_full(h);
   hk_page_queue *q = &h->queues[cls];
@@ -277,7 +338,13 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
   /* about to take a new span: first give back the inside of free blocks
    * (both calls made only when due: with one block a page, as for 64 KiB
    * and more, this runs on nearly every malloc) */
-  if (hk_heap_purge_blocks_due(h)) hk_heap_purge_blocks(h, false);
+  if (hk_heap_purge_blocks_due(h)) {
+    uint64_t timed = h->block_purge_ms;
+    hk_heap_purge_blocks(h, false);
+    /* a timed pass: the stash goes back at the next search's start (not
+     * here, in the middle of this class's) */
+    if (h->block_purge_ms != timed && h->stash_bytes != 0) h->stash_stale = 1;
+  }
   if (hk_load_relaxed(&hk_abandoned_hint)) hk_abandoned_sweep(false, false);
   hk_page *p = fresh_page(h, cls, hk_class_slabs[cls], 0);
   if (p == NULL) {
@@ -293,6 +360,10 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
 
 /* A block of class cls for a request of `size` bytes, from the pages. */
 void *hk_heap_alloc(hk_heap *h, size_t size, unsigned cls) {
+  if (h->stash_bytes != 0) {
+    hk_block *b = stash_take(h, cls);
+    if (b != NULL) return b;
+  }
   hk_page *page = h->queues[cls].first;
   if (page == NULL || hk_list_end(page->free)) page = find_page(h, cls);
   if (page == NULL) {

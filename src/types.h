@@ -290,6 +290,10 @@ typedef struct hk_heap {
   uint32_t held_bytes;            /* carved bytes of held pages: held[] and pages marked held */
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:
                                      its carved bytes then (0: not so), queue.c */
+  hk_block *stash[HK_NCLASSES];   /* freed blocks of pages of one block, kept live in their page
+                                     (queue.c); linked through their second word */
+  uint32_t stash_bytes;           /* their block sizes, summed: with held_bytes, within HK_HELD_BYTES */
+  uint8_t stash_stale;            /* a timed purge pass ran: the next page search flushes the stash */
   uint8_t moving;                 /* realloc is freeing the block it moved (alloc.c) */
   void *grown[HK_GROWN_RING];     /* blocks this thread's realloc grew last (alloc.c) */
   uint32_t grown_next;
