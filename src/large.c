@@ -333,8 +333,8 @@ static unsigned bin_next(unsigned k) {
  * the request's bin or up to NEAR_BINS above, a resident one first; else
  * the smallest that holds it; else the largest resident one, grown with
  * mremap (its pages move with it; only the growth is new). Hardened mode:
- * only one of the near bins with the same data offset, never grown or
- * trimmed. `want` is
+ * only one with the same data offset (under a limit on mapped bytes, of the
+ * near bins), never grown or trimmed. `want` is
  * need rounded to its bin (bin_round), what a trim or growth leaves. */
 static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) {
   hk_region *r = NULL;
@@ -348,9 +348,10 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
     if (i != NIL && (best == NIL || (ent[i].resident && !ent[best].resident))) best = i;
     if (best != NIL && ent[best].resident) break;
   }
-  /* (hardened mode: a mapping never trimmed would hold a small block's
-   * address space many times over) */
-  for (unsigned b = k + NEAR_BINS + 1; best == NIL && !hk_secure && (b = bin_next(b)) < NBINS; b++) best = bins[b].first;
+  /* (hardened mode under a limit on mapped bytes: a mapping never trimmed
+   * would hold a small block's address space many times over) */
+  bool far = !hk_secure || !hk_load_relaxed(&hk_space_tight);
+  for (unsigned b = k + NEAR_BINS + 1; best == NIL && far && (b = bin_next(b)) < NBINS; b++) best = bin_first(b, off);
   if (best == NIL && !hk_secure) {
     /* the largest resident one below: bins from k down, heads only */
     for (unsigned b = k < NBINS ? k : NBINS - 1; b-- > 0 && best == NIL;)

@@ -6,9 +6,10 @@
  * span search: a spare keeps a class's committed memory where classes
  * carve. A heap keeps up to HK_SPARE_MAX bytes of spares, but spans of
  * blocks of a slab or more only while its spares stay within
- * HK_SPARE_BYTES: with one to four blocks a page, nearly every free of such
- * a block empties a page, and spares of many lengths held beyond that
- * raise the peak of a program that mixes these sizes. Spans with lent
+ * HK_SPARE_BYTES, and for a purge delay at most: with one to four blocks a
+ * page, nearly every free of such a block empties a page, and spares of
+ * many lengths held beyond that raise the peak of a program that mixes
+ * these sizes. Spans with lent
  * slabs and the span blocks realloc made or resized (`resized`) go back to
  * their region at once: kept out of the region's free slabs, they would
  * serve only their exact length and split the free runs that growing
@@ -74,14 +75,17 @@ hk_page *hk_spare_take(hk_heap *h, unsigned cls, unsigned nslabs) {
 }
 
 /* Detach the spares unused since `older_than` (all: UINT64_MAX) while
- * more than `keep` bytes of spares remain, for the caller to give back. */
+ * more than `keep` bytes of spares remain, and those of blocks of a slab
+ * or more whatever remains, for the caller to give back. */
 hk_page *hk_spares_detach(hk_heap *h, uint64_t older_than, uint32_t keep) {
   hk_page *out = NULL;
   uint32_t bytes = 0;
   for (unsigned n = 1; n < HK_SLABS; n++) {
-    for (hk_page **pp = &h->spare[n]; *pp != NULL && h->spare_bytes - bytes > keep;) {
+    for (hk_page **pp = &h->spare[n]; *pp != NULL;) {
       hk_page *p = *pp;
-      if (p->idle_ms < older_than) {
+      /* (spans of blocks of a slab or more are not among those kept: an
+       * idle thread's would hold their whole span each) */
+      if (p->idle_ms < older_than && (h->spare_bytes - bytes > keep || p->block_size >= HK_SLAB_SIZE)) {
         *pp = p->next;
         p->next = out;
         out = p;
