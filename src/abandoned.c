@@ -89,8 +89,7 @@ void hk_abandon_page(hk_page *page) {
  * empty: its free list is rebuilt as a fresh page's, carving from the
  * start, which writes only memory the page used first; the purger then
  * gives back the rest of the span (trim_kept) and the inside of its free
- * medium blocks once it has been empty for half a purge delay, off the
- * exiting thread's path. Not in hardened mode, whose
+ * medium blocks, off the exiting thread's path. Not in hardened mode, whose
  * pages carve in random order. */
 static void reset_kept(hk_page *p) {
   if (hk_secure || p->lent || p->capacity <= hk_extend_blocks(p->block_size)) return; /* as fresh; lent slabs are not its own */
@@ -147,10 +146,7 @@ void hk_abandoned_sweep(bool trim, bool force) {
         forget_empty(c);
         hk_stat_add(abandoned_released, 1);
         hk_region_free_span(p);
-      } else if ((now | 1) >= p->idle_ms + delay / 2) {
-        /* (not at once: under thread churn most pages are adopted again
-         * within a few milliseconds, and a trim would cost the next owner
-         * the faults of what it gave back) */
+      } else {
         trim_kept(p);
       }
     }

@@ -67,7 +67,6 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->free = (hk_block *)hk_region_base(page); /* empty list: ends at the region base */
   page->used = (uint32_t)HK_USED_NORMAL;
   page->capacity = 0;
-  page->resized = 0;
   hk_store_relaxed(&page->remote, HK_PAGE_NORMAL);
   /* the bound grows as blocks are carved (hk_page_extend): free() of a
    * block that was never handed out fails the fast path's test */

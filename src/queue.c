@@ -389,7 +389,6 @@ static void span_block_sized(hk_page *page, unsigned color_slabs) {
   uint32_t bs = hk_page_span_bytes(page) - (color_slabs << HK_SLAB_SHIFT);
   page->cls = (uint8_t)hk_size_class(bs);
   page->block_size = bs;
-  page->resized = 1;
   page->div_magic = hk_div_magic(bs);
   hk_page_set_carved(page);
 }
@@ -432,7 +431,6 @@ void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
   hk_page *page = fresh_page(h, cls, n, room);
   if (page == NULL) return NULL;
   hk_page_extend(page);
-  page->resized = 1;
   hk_block *b = hk_page_pop(page);
   /* no other thread knows the page yet: park it directly */
   hk_page_park_note(page, 1);

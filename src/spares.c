@@ -1,19 +1,14 @@
 /* Spare spans: the empty spans a heap keeps for reuse, and the list of
  * every heap, which the purger walks to give old spares back.
  *
- * An empty page leaves its class, and its span stays with the heap as a
- * spare, ready to be re-initialised for any class of its length without a
- * span search: a spare keeps a class's committed memory where classes
- * carve. A heap keeps up to HK_SPARE_MAX bytes of spares, but spans of
- * blocks of a slab or more only while its spares stay within
- * HK_SPARE_BYTES, and for a purge delay at most: with one to four blocks a
- * page, nearly every free of such a block empties a page, and spares of
- * many lengths held beyond that raise the peak of a program that mixes
- * these sizes. Spans with lent
- * slabs and the span blocks realloc made or resized (`resized`) go back to
- * their region at once: kept out of the region's free slabs, they would
- * serve only their exact length and split the free runs that growing
- * blocks need. The purger
+ * An empty page of blocks smaller than a slab leaves its class, and its
+ * span stays with the heap as a spare, ready to be re-initialised for any
+ * class of its length without a span search, up to HK_SPARE_MAX bytes a
+ * heap: a spare keeps a class's committed memory where classes carve.
+ * Spans of blocks of a slab or more, spans with lent slabs and the spans
+ * realloc leaves behind go back to their region at once: kept out of the
+ * region's free slabs, they would serve only their exact length and split
+ * the free runs that other spans and growing blocks can use. The purger
  * gives back spares unused for a purge delay beyond HK_SPARE_BYTES a heap
  * (hk_spares_expire). A heap's spare_lock is between its owner's slow
  * paths and the purger only. */
@@ -31,10 +26,10 @@ bool hk_spares_pending(void) { return hk_load_relaxed(&spares_total) != 0; }
 bool hk_spare_put(hk_heap *h, hk_page *page) {
   hk_assert(hk_page_used(page) == 0 && !page->held);
   /* (a spare is re-initialised whole: not with lent slabs) */
-  if (h->moving || page->lent || page->resized) return false;
+  if (h->moving || page->block_size >= HK_SLAB_SIZE || page->lent) return false;
   uint32_t bytes = hk_page_span_bytes(page);
   pthread_mutex_lock(&h->spare_lock);
-  if (h->spare_bytes + bytes > (page->block_size >= HK_SLAB_SIZE ? HK_SPARE_BYTES : HK_SPARE_MAX)) {
+  if (h->spare_bytes + bytes > HK_SPARE_MAX) {
     pthread_mutex_unlock(&h->spare_lock);
     return false;
   }
@@ -75,17 +70,14 @@ hk_page *hk_spare_take(hk_heap *h, unsigned cls, unsigned nslabs) {
 }
 
 /* Detach the spares unused since `older_than` (all: UINT64_MAX) while
- * more than `keep` bytes of spares remain, and those of blocks of a slab
- * or more whatever remains, for the caller to give back. */
+ * more than `keep` bytes of spares remain, for the caller to give back. */
 hk_page *hk_spares_detach(hk_heap *h, uint64_t older_than, uint32_t keep) {
   hk_page *out = NULL;
   uint32_t bytes = 0;
   for (unsigned n = 1; n < HK_SLABS; n++) {
-    for (hk_page **pp = &h->spare[n]; *pp != NULL;) {
+    for (hk_page **pp = &h->spare[n]; *pp != NULL && h->spare_bytes - bytes > keep;) {
       hk_page *p = *pp;
-      /* (spans of blocks of a slab or more are not among those kept: an
-       * idle thread's would hold their whole span each) */
-      if (p->idle_ms < older_than && (h->spare_bytes - bytes > keep || p->block_size >= HK_SLAB_SIZE)) {
+      if (p->idle_ms < older_than) {
         *pp = p->next;
         p->next = out;
         out = p;
