@@ -77,7 +77,7 @@ install: build
 # 15 minutes on 2 cores); bench-quick: a subset in about a minute (CI);
 # bench-callgrind: instructions per malloc+free pair (needs valgrind);
 # bench-sweep: the workload sweep, 241 generated configurations x 3 repeats
-# (about 8 minutes on 2 cores); bench-sweep-quick: 30 of them, about a minute (CI).
+# (about 13 minutes on 2 cores); bench-sweep-quick: 30 of them, about a minute (CI).
 .PHONY: bench bench-quick bench-callgrind bench-sweep bench-sweep-quick
 bench: build
 	python3 bench/run.py
