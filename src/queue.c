@@ -143,8 +143,9 @@ void hk_heap_rescue_full(hk_heap *h) {
  * within HK_HELD_BYTES (with the held pages): a free and a malloc of such
  * blocks then touch no page. A stashed block carries the foreign tag, so
  * freeing it again is a double free. The stash goes back to the pages at
- * a heap's timed purge pass (at most a purge delay later), at malloc_trim
- * and at thread exit. */
+ * the first page search after a timed purge pass (stash_stale), at
+ * malloc_trim and at thread exit; like the held pages, an idle thread's
+ * stays until the thread allocates again. */
 static bool stash_put(hk_heap *h, hk_page *page) {
   uint32_t bs = page->block_size;
   /* (the current page stays current instead, held, and serves the fast
@@ -167,7 +168,7 @@ static bool stash_put(hk_heap *h, hk_page *page) {
 static hk_block *stash_take(hk_heap *h, unsigned cls) {
   hk_block *b = h->stash[cls];
   if (b == NULL) return NULL;
-  h->stash[cls] = (hk_block *)((&b->link)[1] ^ hk_key);
+  h->stash[cls] = hk_cache_next(b); /* (linked as the thread cache is) */
   h->stash_bytes -= hk_page_of(hk_region_of(b), b)->block_size;
   b->link = 0;
   (&b->link)[1] = 0;

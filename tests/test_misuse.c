@@ -120,6 +120,17 @@ static void double_free_colored(void) {
   API(free)(p);
   API(free)(hkt_opaque_ptr(p));
 }
+/* a 128 KiB block alone in its page, not the class's current page (b's,
+ * allocated after it): its free keeps it in the heap's stash (src/queue.c),
+ * where it carries the foreign tag */
+static void double_free_stashed(void) {
+  void *a = API(malloc)(128 * KiB), *b = API(malloc)(128 * KiB);
+  CHECK(a != NULL && b != NULL, "malloc failed");
+  memset(a, 1, 128 * KiB);
+  API(free)(a);
+  API(free)(hkt_opaque_ptr(a));
+  API(free)(b);
+}
 static void double_free_aligned(void) {
   void *p = API(aligned_alloc)(256, 300);
   CHECK(p != NULL, "aligned_alloc failed");
@@ -346,6 +357,7 @@ static const mcase cases[] = {
     {"free of a pointer into the middle of a 200 KiB block", free_interior_medium, 0, SIGABRT, NULL},
     {"free of the span start below a coloured 256 KiB block", free_before_colored, 0, SIGABRT, NULL},
     {"double free of a coloured 64 KiB block", double_free_colored, 0, SIGABRT, NULL},
+    {"double free of a 128 KiB block kept in the stash", double_free_stashed, 0, SIGABRT, "double free"},
     {"double free of an aligned_alloc(256) block", double_free_aligned, 0, SIGABRT, NULL},
     {"double free of an aligned_alloc(1 MiB) block", double_free_aligned_large, 0, SIGABRT, NULL},
     {"realloc of a stack address", realloc_stack, 0, SIGABRT, NULL},
