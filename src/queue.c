@@ -73,7 +73,11 @@ void hk_heap_release_page(hk_heap *h, hk_page *page) {
  * back to its region. */
 static void retire_page(hk_heap *h, hk_page *page) {
   unhold(h, page);
-  if (!hk_spare_put(h, page)) hk_heap_release_page(h, page);
+  if (hk_spare_put(h, page)) return;
+  /* (realloc's moves and pages with lent slabs are never spares) */
+  if (page->block_size >= HK_SLAB_SIZE && !h->moving && !page->lent)
+    h->spare_refused[page->cls / 64] |= (uint64_t)1 << (page->cls % 64);
+  hk_heap_release_page(h, page);
 }
 
 /* ---- full pages ---- */
@@ -133,6 +137,57 @@ void hk_heap_rescue_full(hk_heap *h) {
   }
 }
 
+/* ---- how many empty pages a heap keeps ----
+ * Empty pages left in their class's queue (held, page_emptied) and stashed
+ * blocks (below) spare a thread that keeps a few medium blocks of a class
+ * live a page search and a span taken and given back every few operations.
+ * Only the owner reaches them, so a thread that stops allocating keeps
+ * them: they stay within HK_HELD_BYTES. Beyond that, empty pages become
+ * spares (spares.c), which the purger gives back once unused for a purge
+ * delay; the spare budget of pages of a slab or more starts at
+ * HK_SPARE_BYTES and grows by a span each time a class takes a span from
+ * the regions after giving one up for want of budget (a span a spare would
+ * have saved), up to HK_SPARE_GROWN_MAX more. Every timed purge pass, which
+ * also gives back the inside of held pages' free blocks, retires the held
+ * pages of classes that made no page search since the pass before, and
+ * lowers the spare budget's growth by a quarter. */
+static bool held_fits(const hk_heap *h, uint32_t bytes) {
+  return h->held_bytes + h->stash_bytes + bytes <= HK_HELD_BYTES;
+}
+
+/* class cls takes a span from the regions: if it gave one up for want of
+ * spare budget since its last, the budget grows by a span of the class */
+static void spare_grow_on_miss(hk_heap *h, unsigned cls) {
+  uint64_t bit = (uint64_t)1 << (cls % 64);
+  if (!(h->spare_refused[cls / 64] & bit)) return;
+  h->spare_refused[cls / 64] &= ~bit;
+  uint32_t span = (uint32_t)hk_class_slabs[cls] << HK_SLAB_SHIFT, room = HK_SPARE_GROWN_MAX - h->spare_grown;
+  h->spare_grown += span < room ? span : room;
+}
+
+static void retire_page(hk_heap *h, hk_page *page);
+
+/* After a timed purge pass (see above). */
+static void pass_review(hk_heap *h) {
+  for (unsigned c = 0; c < HK_NCLASSES && h->held_bytes != 0; c++) {
+    if (hk_class_slabs[c] < 2 || h->class_searched[c] + 1 >= h->purge_passes) continue;
+    hk_page *next;
+    for (hk_page *p = h->queues[c].first; p != NULL; p = next) {
+      next = p->next;
+      if (!p->held) continue;
+      if (hk_page_used(p) != 0) { /* current again, and in use: no longer held */
+        unhold(h, p);
+        continue;
+      }
+      bool first = p == h->queues[c].first;
+      hk_list_remove(&h->queues[c], p);
+      retire_page(h, p);
+      if (first) hk_heap_set_current(h, c);
+    }
+  }
+  h->spare_grown -= h->spare_grown / 4;
+}
+
 /* ---- the stash: freed blocks of pages of one block ----
  * A page of one block (64 KiB and up) empties at every free of its block
  * and fills at every malloc, and each time the page moves between the
@@ -143,7 +198,7 @@ void hk_heap_rescue_full(hk_heap *h) {
  * within HK_HELD_BYTES (with the held pages): a free and a malloc of such
  * blocks then touch no page. A stashed block carries the foreign tag, so
  * freeing it again is a double free. The stash goes back to the pages at
- * the first page search after a timed purge pass (stash_stale), at
+ * the first page search after a timed purge pass (pass_review), at
  * malloc_trim and at thread exit; like the held pages, an idle thread's
  * stays until the thread allocates again. */
 static bool stash_put(hk_heap *h, hk_page *page) {
@@ -151,7 +206,7 @@ static bool stash_put(hk_heap *h, hk_page *page) {
   /* (the current page stays current instead, held, and serves the fast
    * path: page_emptied) */
   if (page->reserved != 1 || hk_secure || h->moving || page == h->queues[page->cls].first ||
-      h->held_bytes + h->stash_bytes + bs > HK_HELD_BYTES)
+      !held_fits(h, bs))
     return false;
   /* the block just pushed is the list's head: take it back */
   hk_block *b = page->free;
@@ -226,7 +281,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
       hk_list_remove(&h->queues[cls], page);
       uncurrent(cur);
       hk_list_push_front(&h->queues[cls], page);
-    } else if (page->nslabs > 1 && !hk_secure && !h->moving && h->held_bytes + h->stash_bytes + carved <= HK_HELD_BYTES) {
+    } else if (page->nslabs > 1 && !hk_secure && !h->moving && held_fits(h, carved)) {
       page->held = 1; /* stays queued: find_page takes it before a new span */
       page->idle_ms = carved;
       h->held_bytes += carved;
@@ -240,7 +295,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
   } else if (hk_page_used(page) == 0 && page->nslabs > 1 && h->held[cls] == 0) {
     /* the current page itself emptied: held (until hk_heap_set_direct replaces it) */
     uint32_t carved = page->capacity * page->block_size;
-    if (!hk_secure && !h->moving && h->held_bytes + h->stash_bytes + carved <= HK_HELD_BYTES) {
+    if (!hk_secure && !h->moving && held_fits(h, carved)) {
       h->held[cls] = carved;
       h->held_bytes += carved;
       /* as a single-slab current page: it stays when it empties again
@@ -271,6 +326,7 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
    * madvise per page taken, which dominates when medium blocks churn. */
   bool tail_dirty = page != NULL && page->cls != cls;
   if (page == NULL) {
+    if (!room) spare_grow_on_miss(h, cls);
     hk_slabmask dirty = 0;
     bool grew = false;
     page = hk_region_alloc_span(nslabs, cls, &dirty, room, h->region_list, &grew);
@@ -309,11 +365,12 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
    * path; an owner idle for HK_IDLE_OWNER_MS by this measure makes fewer
    * than 1600 page searches a second */
   if ((++h->searches % CLOCK_EVERY) == 0) hk_heap_note_active(h);
-  if (h->stash_stale) {
-    h->stash_stale = 0;
-    hk_heap_stash_flush(h);
-  }
   h->class_searched[cls] = h->purge_passes;
+  if (h->pass_review) {
+    h->pass_review = 0;
+    hk_heap_stash_flush(h);
+    pass_review(h);
+  }
   if (hk_load_acquire(&h->remote_hint)) hk_heap_rescue_full(h);
   hk_page_queue *q = &h->queues[cls];
   hk_page *carvable = NULL;
@@ -344,7 +401,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     hk_heap_purge_blocks(h, false);
     /* a timed pass: the stash goes back at the next search's start (not
      * here, in the middle of this class's) */
-    if (h->block_purge_ms != timed && h->stash_bytes != 0) h->stash_stale = 1;
+    if (h->block_purge_ms != timed && (h->stash_bytes | h->held_bytes | h->spare_grown) != 0) h->pass_review = 1;
   }
   if (hk_load_relaxed(&hk_abandoned_hint)) hk_abandoned_sweep(false, false);
   hk_page *p = fresh_page(h, cls, hk_class_slabs[cls], 0);

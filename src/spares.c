@@ -5,8 +5,10 @@
  * span stays with the heap as a spare, ready to be re-initialised for any
  * class of its length without a span search, up to HK_SPARE_MAX bytes a
  * heap: a spare keeps a class's committed memory where classes carve.
- * Spans of blocks of a slab or more, spans with lent slabs and the spans
- * realloc leaves behind go back to their region at once: kept out of the
+ * Spans with lent slabs and the spans realloc leaves behind go back to
+ * their region at once, and so do spans of blocks of a slab or more beyond
+ * HK_SPARE_BYTES plus the heap's spare_grown (queue.c: it grows while the
+ * heap keeps taking spans that spares would have saved): kept out of the
  * region's free slabs, they would serve only their exact length and split
  * the free runs that other spans and growing blocks can use. The purger
  * gives back spares unused for a purge delay beyond HK_SPARE_BYTES a heap
@@ -18,7 +20,7 @@ pthread_mutex_t hk_heap_lock = PTHREAD_MUTEX_INITIALIZER;
 hk_heap *hk_all_heaps; /* hk_heap_lock; never unlinked: heaps are pooled, not freed */
 
 /* spare_bytes of all heaps, for the purger's pending() (64 bits: up to
- * 16 MiB a heap, with hundreds of threads) */
+ * 50 MiB a heap, with hundreds of threads) */
 static _Atomic uint64_t spares_total;
 
 bool hk_spares_pending(void) { return hk_load_relaxed(&spares_total) != 0; }
@@ -26,10 +28,11 @@ bool hk_spares_pending(void) { return hk_load_relaxed(&spares_total) != 0; }
 bool hk_spare_put(hk_heap *h, hk_page *page) {
   hk_assert(hk_page_used(page) == 0 && !page->held);
   /* (a spare is re-initialised whole: not with lent slabs) */
-  if (h->moving || page->block_size >= HK_SLAB_SIZE || page->lent) return false;
+  if (h->moving || page->lent) return false;
   uint32_t bytes = hk_page_span_bytes(page);
+  uint32_t limit = page->block_size < HK_SLAB_SIZE ? HK_SPARE_MAX : HK_SPARE_BYTES + h->spare_grown;
   pthread_mutex_lock(&h->spare_lock);
-  if (h->spare_bytes + bytes > HK_SPARE_MAX) {
+  if (h->spare_bytes + bytes > limit) {
     pthread_mutex_unlock(&h->spare_lock);
     return false;
   }

@@ -65,6 +65,7 @@ _Static_assert(HK_SLABS <= 64, "a region's slabs fit in a mask");
 #define HK_LARGE_HEADER 4096             /* bytes before a large block's data */
 #define HK_SPARE_MAX ((uint32_t)16 << 20)  /* empty spans a heap keeps for reuse (spares.c) */
 #define HK_SPARE_BYTES ((uint32_t)2 << 20) /* ... of which it keeps after a purge delay or a growth purge */
+#define HK_SPARE_GROWN_MAX ((uint32_t)48 << 20) /* the spare budget's growth at most (queue.c) */
 #define HK_HELD_BYTES ((uint32_t)2 << 20)  /* emptied pages a heap keeps in their class queues (carved bytes) */
 
 /* Address space covered by the ownership bitmap (48-bit user space). */
@@ -293,7 +294,11 @@ typedef struct hk_heap {
   hk_block *stash[HK_NCLASSES];   /* freed blocks of pages of one block, kept live in their page
                                      (queue.c); linked through their second word */
   uint32_t stash_bytes;           /* their block sizes, summed: with held_bytes, within HK_HELD_BYTES */
-  uint8_t stash_stale;            /* a timed purge pass ran: the next page search flushes the stash */
+  uint32_t spare_grown;           /* the spare budget's growth (queue.c, spares.c) */
+  uint64_t spare_refused[(HK_NCLASSES + 63) / 64]; /* bit c: class c gave a span back for want of
+                                     spare budget since it last took one from the regions */
+  uint8_t pass_review;            /* a timed purge pass ran: the next page search flushes the stash
+                                     and reviews the held pages (queue.c, held_review) */
   uint8_t moving;                 /* realloc is freeing the block it moved (alloc.c) */
   void *grown[HK_GROWN_RING];     /* blocks this thread's realloc grew last (alloc.c) */
   uint32_t grown_next;

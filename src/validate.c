@@ -101,7 +101,7 @@ void hk_debug_heap(const hk_heap *h, bool deep) {
   }
   hk_assert(h->free_owner == h || h->free_owner == HK_NO_OWNER(h));
   hk_assert(held == h->held_bytes);
-  hk_assert(h->held_bytes + h->stash_bytes <= HK_HELD_BYTES);
+  hk_assert(h->held_bytes + h->stash_bytes <= HK_HELD_BYTES && h->spare_grown <= HK_SPARE_GROWN_MAX);
 }
 
 #endif /* HAKMEM_DEBUG */
