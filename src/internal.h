@@ -183,6 +183,7 @@ extern hk_heap *hk_all_heaps;         /* every heap ever made (hk_heap_lock to w
 bool hk_spare_put(hk_heap *h, hk_page *page); /* false: over the heap's limit, release it */
 hk_page *hk_spare_take(hk_heap *h, unsigned cls, unsigned nslabs);
 hk_page *hk_spares_detach(hk_heap *h, uint64_t older_than, uint32_t keep); /* under h->spare_lock */
+void hk_spares_release_big(hk_heap *h); /* before a span block with room: spares of blocks >= a slab go back */
 void hk_spares_expire(bool force);  /* give back spare spans unused for a purge delay */
 void hk_spares_trim(void);          /* the program grew: give back spares beyond HK_SPARE_BYTES */
 bool hk_spares_pending(void);

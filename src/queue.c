@@ -318,6 +318,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
  * from the regions, placed with that many free slabs after it: spares have
  * no room after them. */
 static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned room) {
+  if (room) hk_spares_release_big(h);
   hk_page *page = room ? NULL : hk_spare_take(h, cls, nslabs);
   /* the colour slab (sizeclass.c) of a span last used otherwise may hold
    * committed memory that the block will not use: the heap's next pass over

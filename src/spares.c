@@ -95,6 +95,39 @@ hk_page *hk_spares_detach(hk_heap *h, uint64_t older_than, uint32_t keep) {
   return out;
 }
 
+/* A block growing by realloc is about to take a span with free slabs after
+ * it: h's spares of blocks of a slab or more go back to their regions
+ * first (committed, as a released span's slabs), since kept out of the
+ * free runs they would leave the growing block only clean slabs, each
+ * faulted in, and the growth purge that clean slabs trigger. The spare
+ * budget's growth ends with them. */
+void hk_spares_release_big(hk_heap *h) {
+  h->spare_grown = 0;
+  if (h->spare_bytes == 0) return;
+  hk_page *out = NULL;
+  pthread_mutex_lock(&h->spare_lock);
+  for (unsigned n = 1; n < HK_SLABS; n++) {
+    for (hk_page **pp = &h->spare[n]; *pp != NULL;) {
+      hk_page *p = *pp;
+      if (p->block_size >= HK_SLAB_SIZE) {
+        *pp = p->next;
+        p->next = out;
+        out = p;
+        h->spare_bytes -= hk_page_span_bytes(p);
+        hk_sub_relaxed(&spares_total, hk_page_span_bytes(p));
+      } else {
+        pp = &p->next;
+      }
+    }
+  }
+  pthread_mutex_unlock(&h->spare_lock);
+  while (out != NULL) {
+    hk_page *next = out->next;
+    hk_region_free_span(out);
+    out = next;
+  }
+}
+
 /* Detach, from every heap, the spares unused since `older_than` beyond
  * `keep` bytes a heap. A heap whose lock is busy (its owner is in a slow
  * path, or was when the process forked) is skipped until next time. */
