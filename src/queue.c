@@ -75,7 +75,7 @@ static void retire_page(hk_heap *h, hk_page *page) {
   unhold(h, page);
   if (hk_spare_put(h, page)) return;
   /* (realloc's moves and pages with lent slabs are never spares) */
-  if (page->block_size >= HK_SLAB_SIZE && !h->moving && !page->lent)
+  if (page->block_size >= HK_SLAB_SIZE && !hk_secure && !h->moving && !page->lent)
     h->spare_refused[page->cls / 64] |= (uint64_t)1 << (page->cls % 64);
   hk_heap_release_page(h, page);
 }
