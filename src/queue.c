@@ -198,7 +198,7 @@ static void pass_review(hk_heap *h) {
  * within HK_HELD_BYTES (with the held pages): a free and a malloc of such
  * blocks then touch no page. A stashed block carries the foreign tag, so
  * freeing it again is a double free. The stash goes back to the pages at
- * the first page search after a timed purge pass (pass_review), at
+ * the first page search after a timed purge pass (review_due), at
  * malloc_trim and at thread exit; like the held pages, an idle thread's
  * stays until the thread allocates again. */
 static bool stash_put(hk_heap *h, hk_page *page) {
@@ -367,8 +367,8 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
    * than 1600 page searches a second */
   if ((++h->searches % CLOCK_EVERY) == 0) hk_heap_note_active(h);
   h->class_searched[cls] = h->purge_passes;
-  if (h->pass_review) {
-    h->pass_review = 0;
+  if (h->review_due) {
+    h->review_due = 0;
     hk_heap_stash_flush(h);
     pass_review(h);
   }
@@ -402,7 +402,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     hk_heap_purge_blocks(h, false);
     /* a timed pass: the stash goes back at the next search's start (not
      * here, in the middle of this class's) */
-    if (h->block_purge_ms != timed && (h->stash_bytes | h->held_bytes | h->spare_grown) != 0) h->pass_review = 1;
+    if (h->block_purge_ms != timed && (h->stash_bytes | h->held_bytes | h->spare_grown) != 0) h->review_due = 1;
   }
   if (hk_load_relaxed(&hk_abandoned_hint)) hk_abandoned_sweep(false, false);
   hk_page *p = fresh_page(h, cls, hk_class_slabs[cls], 0);

@@ -75,15 +75,16 @@ hk_page *hk_spare_take(hk_heap *h, unsigned cls, unsigned nslabs) {
   return p;
 }
 
-/* Detach the spares unused since `older_than` (all: UINT64_MAX) while
- * more than `keep` bytes of spares remain, for the caller to give back. */
-hk_page *hk_spares_detach(hk_heap *h, uint64_t older_than, uint32_t keep) {
+/* Detach h's spares of blocks of min_block bytes or more unused since
+ * `older_than` (all: UINT64_MAX) while more than `keep` bytes of spares
+ * remain, for the caller to give back. Under h->spare_lock. */
+static hk_page *detach(hk_heap *h, uint64_t older_than, uint32_t keep, uint32_t min_block) {
   hk_page *out = NULL;
   uint32_t bytes = 0;
   for (unsigned n = 1; n < HK_SLABS; n++) {
     for (hk_page **pp = &h->spare[n]; *pp != NULL && h->spare_bytes - bytes > keep;) {
       hk_page *p = *pp;
-      if (p->idle_ms < older_than) {
+      if (p->idle_ms < older_than && p->block_size >= min_block) {
         *pp = p->next;
         p->next = out;
         out = p;
@@ -98,6 +99,8 @@ hk_page *hk_spares_detach(hk_heap *h, uint64_t older_than, uint32_t keep) {
   return out;
 }
 
+hk_page *hk_spares_detach(hk_heap *h, uint64_t older_than, uint32_t keep) { return detach(h, older_than, keep, 0); }
+
 /* A block growing by realloc is about to take a span with free slabs after
  * it: h's spares of blocks of a slab or more go back to their regions
  * first (committed, as a released span's slabs), since kept out of the
@@ -107,22 +110,8 @@ hk_page *hk_spares_detach(hk_heap *h, uint64_t older_than, uint32_t keep) {
 void hk_spares_release_big(hk_heap *h) {
   h->spare_grown = 0;
   if (h->spare_bytes == 0) return;
-  hk_page *out = NULL;
   pthread_mutex_lock(&h->spare_lock);
-  for (unsigned n = 1; n < HK_SLABS; n++) {
-    for (hk_page **pp = &h->spare[n]; *pp != NULL;) {
-      hk_page *p = *pp;
-      if (p->block_size >= HK_SLAB_SIZE) {
-        *pp = p->next;
-        p->next = out;
-        out = p;
-        h->spare_bytes -= hk_page_span_bytes(p);
-        hk_sub_relaxed(&spares_total, hk_page_span_bytes(p));
-      } else {
-        pp = &p->next;
-      }
-    }
-  }
+  hk_page *out = detach(h, UINT64_MAX, 0, HK_SLAB_SIZE);
   pthread_mutex_unlock(&h->spare_lock);
   while (out != NULL) {
     hk_page *next = out->next;

@@ -297,8 +297,8 @@ typedef struct hk_heap {
   uint32_t spare_grown;           /* the spare budget's growth (queue.c, spares.c) */
   uint64_t spare_refused[(HK_NCLASSES + 63) / 64]; /* bit c: class c gave a span back for want of
                                      spare budget since it last took one from the regions */
-  uint8_t pass_review;            /* a timed purge pass ran: the next page search flushes the stash
-                                     and reviews the held pages (queue.c, held_review) */
+  uint8_t review_due;             /* a timed purge pass ran: the next page search flushes the stash
+                                     and reviews the held pages (queue.c, pass_review) */
   uint8_t moving;                 /* realloc is freeing the block it moved (alloc.c) */
   void *grown[HK_GROWN_RING];     /* blocks this thread's realloc grew last (alloc.c) */
   uint32_t grown_next;
