@@ -11,7 +11,6 @@
 #pragma GCC visibility push(hidden)
 
 /* the tables and globals these operations read */
-extern uintptr_t hk_key;              /* random, high bits set (init.c) */
 extern bool hk_secure;                /* HAKMEM_SECURE >= 1, fixed at initialisation */
 extern bool hk_secure_zero;           /* HAKMEM_SECURE == 2 */
 extern char *hk_arena_base;
@@ -195,7 +194,7 @@ HK_INLINE uint32_t hk_page_area(const hk_page *page) { return page->capacity * p
 /* A block whose first word decodes to an address in its own region looks
  * free already (a double free, unless user data matches by construction);
  * live blocks start with 0 (malloc clears the link) or user data, which
- * decodes to garbage because hk_key is random with its high bits set. A
+ * decodes to garbage because page keys are random with their high bits set. A
  * free block's link is (next ^ key), next in the block's region, so
  * link ^ key ^ region base, i.e. link ^ free_check, is below 2^22. */
 HK_INLINE bool hk_looks_free(const hk_page *page, const hk_block *b) {

@@ -69,6 +69,7 @@ hk_heap *hk_heap_new(void) {
   h->pool_next = NULL;
   memset(&h->stats, 0, sizeof h->stats);
   uint32_t owner = (uint32_t)hk_stat_add(heaps_created, 1) + 1; /* this ownership's own number */
+  h->list_key = hk_derive_key((uint64_t)(uintptr_t)h, owner);
   hk_store_relaxed(&h->pid, hk_os_pid());
   hk_store_relaxed(&h->tid, hk_os_tid());
   hk_store_relaxed(&h->reap_checked_ms, 0);

@@ -236,11 +236,12 @@ HK_INLINE void hk_heap_note_active(hk_heap *h) {
 /* ---- remote.c: frees of other heaps' blocks, the thread cache ---- */
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self); /* (the order free() has them in) */
 /* A cached block links to the next through its second word (blocks of 16
- * bytes and more), XOR-ed with hk_key; its first word is the foreign tag. */
-HK_INLINE hk_block *hk_cache_next(const hk_block *b) { return (hk_block *)((&b->link)[1] ^ hk_key); }
+ * bytes and more), XOR-ed with its heap's list key; its first word is the
+ * foreign tag. */
+HK_INLINE hk_block *hk_cache_next(const hk_heap *h, const hk_block *b) { return (hk_block *)((&b->link)[1] ^ h->list_key); }
 /* Take b, the class's first cached block, as a live block. */
 HK_INLINE void *hk_cache_pop(hk_heap *h, size_t cls, hk_block *b) {
-  h->cache_first[cls] = hk_cache_next(b);
+  h->cache_first[cls] = hk_cache_next(h, b);
   h->cache_room[cls]++;
   h->cache_bytes -= hk_class_size[cls];
   b->link = 0; /* a live block must not look free */
@@ -286,7 +287,8 @@ bool hk_pressure_pending(void);
 void hk_pressure_usage(hk_usage *u);   /* what hk_stats_print and mallinfo report beside the counters */
 
 /* ---- init.c ---- */
-extern uintptr_t hk_key;
+extern uintptr_t hk_key, hk_key2; /* the secret keys derive from */
+uintptr_t hk_derive_key(uint64_t a, uint64_t b); /* keyed hash of (a, b), bits 48-63 >= 0x100 */
 extern _Atomic int hk_init_state;   /* 0 none, 1 running, 2 done */
 void hk_init(void);
 HK_INLINE void hk_init_check(void) {

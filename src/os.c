@@ -179,19 +179,19 @@ uint64_t hk_os_now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* 64 random bits from the kernel: getrandom, or /dev/urandom where the
+ * system call is missing or filtered. Never replaced by a clock: with no
+ * random source, hakmem's keys would be guessable, so it says so and stops. */
 uint64_t hk_os_random(void) {
   uint64_t v = 0;
 #ifdef SYS_getrandom
-  if (syscall(SYS_getrandom, &v, sizeof v, 0) == (long)sizeof v && v != 0) return v;
+  if (syscall(SYS_getrandom, &v, sizeof v, 0) == (long)sizeof v) return v;
 #endif
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  v = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&v ^ (uint64_t)hk_os_pid() << 16;
-  /* splitmix64 finaliser */
-  v += 0x9e3779b97f4a7c15ull;
-  v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
-  v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
-  return v ^ (v >> 31);
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? read(fd, &v, sizeof v) : -1;
+  if (fd >= 0) close(fd);
+  if (n != (ssize_t)sizeof v) hk_fatal("no random source for its keys (getrandom and /dev/urandom both failed)", NULL);
+  return v;
 }
 
 size_t hk_os_peak_rss_kb(void) {

@@ -8,21 +8,14 @@
  * memory it has handed out. */
 #include "internal.h"
 
-uintptr_t hk_key; /* set once by hk_init: random, high bits set */
-
 #include <string.h>
 
-/* A fresh key for each page (re)initialisation: a leaked or guessed link
- * of one page says nothing about another's. High bits stay set (see
- * hk_looks_free). */
+/* A fresh key for each page (re)initialisation, derived from the secret
+ * (init.c): a leaked or guessed link of one page says nothing about
+ * another's. */
 static uintptr_t page_key(const hk_page *page) {
   static __thread uint64_t counter __attribute__((tls_model("initial-exec")));
-  uint64_t v = (uint64_t)hk_key ^ (uint64_t)(uintptr_t)page ^ (++counter * 0x9e3779b97f4a7c15ull);
-  v = (v ^ (v >> 30)) * 0xbf58476d1ce4e5b9ull;
-  v = (v ^ (v >> 27)) * 0x94d049bb133111ebull;
-  v ^= v >> 31;
-  if ((v >> 48) < 0x100) v |= (uint64_t)0xa5c3 << 48;
-  return (uintptr_t)v;
+  return hk_derive_key((uint64_t)(uintptr_t)page, ++counter);
 }
 
 /* Cache colouring. A block alone in its span (page of a coloured class, or

@@ -213,7 +213,7 @@ static bool stash_put(hk_heap *h, hk_page *page) {
   page->free = hk_link_next(b, page->key);
   page->used++;
   b->link = hk_foreign_tag(page);
-  (&b->link)[1] = (uintptr_t)h->stash[page->cls] ^ hk_key;
+  (&b->link)[1] = (uintptr_t)h->stash[page->cls] ^ h->list_key;
   h->stash[page->cls] = b;
   h->stash_bytes += bs;
   return true;
@@ -223,7 +223,7 @@ static bool stash_put(hk_heap *h, hk_page *page) {
 static hk_block *stash_take(hk_heap *h, unsigned cls) {
   hk_block *b = h->stash[cls];
   if (b == NULL) return NULL;
-  h->stash[cls] = hk_cache_next(b); /* (linked as the thread cache is) */
+  h->stash[cls] = hk_cache_next(h, b); /* (linked as the thread cache is) */
   h->stash_bytes -= hk_page_of(hk_region_of(b), b)->block_size;
   b->link = 0;
   (&b->link)[1] = 0;

@@ -41,7 +41,8 @@
  * so freeing it again from any thread but the owner fails at once, and the
  * owner, whose fast path sends a block that looks free to
  * hk_free_local_checked, finds the exact tag there. The cache's own links
- * are in the second word (blocks of 16 bytes and more), XOR-ed with hk_key. */
+ * are in the second word (blocks of 16 bytes and more), XOR-ed with the
+ * heap's list key. */
 #include "internal.h"
 #include "fastpath.h"
 
@@ -174,22 +175,22 @@ static void cache_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
     h->cache_first[cls] = NULL;
   } else {
     hk_block *cut = h->cache_first[cls];
-    for (uint32_t i = 1; i < keep; i++) cut = hk_cache_next(cut);
-    b = hk_cache_next(cut);
-    (&cut->link)[1] = hk_key; /* (NULL) */
+    for (uint32_t i = 1; i < keep; i++) cut = hk_cache_next(h, cut);
+    b = hk_cache_next(h, cut);
+    (&cut->link)[1] = h->list_key; /* (NULL) */
   }
   h->cache_bytes -= (held - keep) * hk_class_size[cls];
   h->cache_room[cls] = (uint16_t)(hk_class_cache_max[cls] - keep);
   while (b != NULL) {
     hk_page *page = hk_page_of(hk_region_of(b), b);
-    hk_block *first = b, *last = b, *next = hk_cache_next(b);
+    hk_block *first = b, *last = b, *next = hk_cache_next(h, b);
     uint32_t n = 1;
     /* (every `next` is read before its block is pushed: then the owner may
      * reuse it) */
     while (next != NULL && hk_page_of(hk_region_of(next), next) == page) {
       hk_link_set(last, next, page->key);
       last = next;
-      next = hk_cache_next(next);
+      next = hk_cache_next(h, next);
       n++;
     }
     if (hk_load_relaxed(&page->heap) == h) {
@@ -267,7 +268,7 @@ HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_b
   /* (without a branch: local and remote frees come in any order) */
   self->cache_remote += (uint32_t)(owner != self);
   b->link = hk_foreign_tag(page);
-  (&b->link)[1] = (uintptr_t)self->cache_first[cls] ^ hk_key;
+  (&b->link)[1] = (uintptr_t)self->cache_first[cls] ^ self->list_key;
   self->cache_first[cls] = b;
   self->cache_room[cls]--;
   self->cache_bytes += hk_class_size[cls];

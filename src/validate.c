@@ -87,7 +87,7 @@ void hk_debug_heap(const hk_heap *h, bool deep) {
     if (hk_secure) hk_assert(cur == &hk_page_empty);
     hk_assert(h->cache_room[c] <= hk_class_cache_max[c]);
     uint32_t cached = 0;
-    for (const hk_block *b = h->cache_first[c]; b != NULL; b = hk_cache_next(b)) hk_assert(++cached <= hk_class_cache_max[c]);
+    for (const hk_block *b = h->cache_first[c]; b != NULL; b = hk_cache_next(h, b)) hk_assert(++cached <= hk_class_cache_max[c]);
     hk_assert(cached == (uint32_t)(hk_class_cache_max[c] - h->cache_room[c]));
   }
   for (unsigned i = 0; i < HK_LUT_SLOTS; i++) hk_assert(h->by_size[i] == h->direct[hk_class_lut[i]]);

@@ -1,0 +1,85 @@
+/* test_keys: the keys that hakmem writes into freed blocks (page keys,
+ * heaps' list keys) are derived from the process's 128-bit secret by
+ * SipHash-1-3 (src/init.c), so that a key read out of a freed block tells
+ * nothing about the secret or any other key.
+ *
+ * Checked here: the secret is set and is not itself a key; derived keys
+ * keep bits 48-63 at 0x100 or more (hk_looks_free relies on it); no two of
+ * 200,000 inputs give the same key; flipping one input bit changes about
+ * half of the output bits (a weak mixer such as a XOR with the secret would
+ * change one); and the keys of live pages and of the thread's heap are
+ * neither half of the secret. */
+#include "../src/internal.h"
+#include "hakmem.h"
+#include "test_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int failures;
+#define EXPECT(cond, ...)                                                                                         \
+  do {                                                                                                             \
+    if (!(cond) && failures++ < 10) {                                                                              \
+      fprintf(stderr, "test_keys: " __VA_ARGS__);                                                                  \
+      fputc('\n', stderr);                                                                                         \
+    }                                                                                                              \
+  } while (0)
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(void) {
+  void *p = hak_malloc(48), *q = hak_malloc(5000); /* initialises hakmem: the secret, a heap, two pages */
+  EXPECT(p != NULL && q != NULL, "malloc failed");
+  EXPECT(hk_key != 0 && hk_key2 != 0 && hk_key != hk_key2, "secret not set: %#lx %#lx", (unsigned long)hk_key,
+         (unsigned long)hk_key2);
+
+  enum { N = 200000 };
+  uint64_t *keys = malloc(N * sizeof *keys); /* (the C library's: this test links hakmem's API only) */
+  EXPECT(keys != NULL, "no memory for the test");
+  uint64_t rng = 0x9e3779b97f4a7c15ull, bits_changed = 0;
+  for (int i = 0; i < N; i++) {
+    uint64_t a = hkt_rand(&rng), b = (uint64_t)i;
+    keys[i] = hk_derive_key(a, b);
+    EXPECT(keys[i] >> 48 >= 0x100, "key %#lx has its top bits below 0x100", (unsigned long)keys[i]);
+    EXPECT(keys[i] != hk_key && keys[i] != hk_key2, "a derived key equals the secret");
+    EXPECT(hk_derive_key(a, b) == keys[i], "derivation is not a function of its input");
+    if (i < 2000) {
+      unsigned flip = (unsigned)(hkt_rand(&rng) % 128);
+      uint64_t other = flip < 64 ? hk_derive_key(a ^ ((uint64_t)1 << flip), b) : hk_derive_key(a, b ^ ((uint64_t)1 << (flip - 64)));
+      bits_changed += (uint64_t)__builtin_popcountll((keys[i] ^ other) & (((uint64_t)1 << 48) - 1));
+    }
+  }
+  qsort(keys, N, sizeof *keys, cmp_u64);
+  int same = 0;
+  for (int i = 1; i < N; i++) same += keys[i] == keys[i - 1];
+  EXPECT(same == 0, "%d of %d inputs gave a key another input gave", same, N);
+  /* 48 mixed bits a key (the top 16 may be forced): about 24 change */
+  double mean = (double)bits_changed / 2000;
+  EXPECT(mean > 20 && mean < 28, "one input bit flipped changes %.1f of the 48 low output bits on average", mean);
+  free(keys);
+
+  const void *blocks[2] = {p, q};
+  for (int i = 0; i < 2; i++) {
+    hk_page *page = hk_page_of(hk_region_of(blocks[i]), blocks[i]);
+    EXPECT(page->key != hk_key && page->key != hk_key2, "a page key equals the secret");
+    EXPECT(page->key >> 48 >= 0x100, "a page key's top bits are below 0x100");
+  }
+  hk_page *pp = hk_page_of(hk_region_of(p), p), *pq = hk_page_of(hk_region_of(q), q);
+  EXPECT(pp->key != pq->key, "two pages have the same key");
+  hk_heap *h = hk_tls_heap;
+  EXPECT(h != NULL && h->list_key != hk_key && h->list_key != hk_key2 && h->list_key != 0,
+         "the heap's list key is the secret, or unset");
+  hak_free(p);
+  hak_free(q);
+  if (failures) {
+    fprintf(stderr, "test_keys: %d failures\n", failures);
+    return 1;
+  }
+  printf("test_keys: secret set, %d derived keys distinct, %.1f of 48 bits change per input bit, page and heap keys "
+         "are not the secret\n",
+         N, mean);
+  return 0;
+}
