@@ -2,8 +2,9 @@
  *
  * hk_init runs inside the first malloc (or the library constructor,
  * whichever comes first). It must not allocate before malloc can work: it
- * computes the size classes, reads the options and the secret key, and only
- * then (state 2) calls pthread functions that may call malloc themselves. */
+ * computes the size classes, reads the options and the secret keys derive
+ * from (keys.c), and only then (state 2) calls pthread functions that may
+ * call malloc themselves. */
 #include "internal.h"
 
 #include <sched.h>
@@ -11,43 +12,6 @@
 
 _Atomic int hk_init_state;
 static __thread int initializing __attribute__((tls_model("initial-exec")));
-
-/* The secret from which every key is derived (page keys, heaps' list
- * keys). It is stored nowhere else: what lies in user memory is keyed
- * with values derived from it by SipHash-1-3 (Aumasson and Bernstein), so
- * a key learnt from a freed block says nothing about the secret or about
- * any other key. */
-uintptr_t hk_key, hk_key2;
-
-#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                                                   \
-  do {                                                                                             \
-    v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);                                      \
-    v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                                         \
-    v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                                         \
-    v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);                                      \
-  } while (0)
-
-/* SipHash-1-3 of the 16 bytes (a, b) under the secret; bits 48-63 of the
- * result are at least 0x100 (see hk_looks_free). */
-uintptr_t hk_derive_key(uint64_t a, uint64_t b) {
-  uint64_t k0 = hk_key, k1 = hk_key2;
-  uint64_t v0 = k0 ^ 0x736f6d6570736575ull, v1 = k1 ^ 0x646f72616e646f6dull;
-  uint64_t v2 = k0 ^ 0x6c7967656e657261ull, v3 = k1 ^ 0x7465646279746573ull;
-  uint64_t m[3] = {a, b, (uint64_t)16 << 56};
-  for (int i = 0; i < 3; i++) {
-    v3 ^= m[i];
-    SIPROUND;
-    v0 ^= m[i];
-  }
-  v2 ^= 0xff;
-  SIPROUND;
-  SIPROUND;
-  SIPROUND;
-  uint64_t v = v0 ^ v1 ^ v2 ^ v3;
-  if ((v >> 48) < 0x100) v |= (uint64_t)0xa5c3 << 48;
-  return (uintptr_t)v;
-}
 
 static void check_size_classes(void) {
   for (unsigned c = 1; c < HK_NSIZES; c++) {
@@ -72,8 +36,7 @@ void hk_init(void) {
   /* hardened mode keeps no cache of remote-freed blocks (remote.c) */
   if (hk_secure) memset(hk_class_cache_max, 0, sizeof hk_class_cache_max);
   hk_secure_zero = hk_opt.secure >= 2;
-  hk_key = (uintptr_t)hk_os_random();
-  hk_key2 = (uintptr_t)hk_os_random();
+  hk_keys_init();
   hk_region_init();
   hk_purger_init(hk_pressure_purge_pass, hk_pressure_pending);
   hk_store_release(&hk_init_state, 2);

@@ -47,7 +47,7 @@ int hk_os_pid(void);
 unsigned hk_os_cpu_count(void);          /* CPUs this process may run on (1 if unknown) */
 bool hk_os_thread_gone(int tid, int pid); /* that thread of process pid has exited (pid: this process) */
 uint64_t hk_os_now_ms(void);
-uint64_t hk_os_random(void);
+bool hk_os_random(uint64_t *v);      /* 64 bits from the kernel; false if it gives none */
 size_t hk_os_peak_rss_kb(void);
 size_t hk_os_current_rss_kb(void);
 void hk_os_write_stderr(const char *s, size_t n);
@@ -57,6 +57,11 @@ void hk_warning(const char *msg);  /* to stderr, with HAKMEM_VERBOSE only */
 /* ---- error.c ---- */
 HK_COLD __attribute__((noreturn)) void hk_fatal(const char *what, const void *p);
 HK_COLD __attribute__((noreturn)) void hk_fatal_in(const char *who, const char *what, const void *p);
+
+/* ---- keys.c ---- */
+extern uintptr_t hk_key, hk_key2; /* the secret keys derive from */
+void hk_keys_init(void);
+uintptr_t hk_derive_key(uint64_t a, uint64_t b); /* keyed hash of (a, b), bits 48-63 >= 0x100 */
 size_t hk_fmt_hex(char *buf, uintptr_t v);
 size_t hk_fmt_dec(char *buf, uint64_t v);
 
@@ -287,8 +292,6 @@ bool hk_pressure_pending(void);
 void hk_pressure_usage(hk_usage *u);   /* what hk_stats_print and mallinfo report beside the counters */
 
 /* ---- init.c ---- */
-extern uintptr_t hk_key, hk_key2; /* the secret keys derive from */
-uintptr_t hk_derive_key(uint64_t a, uint64_t b); /* keyed hash of (a, b), bits 48-63 >= 0x100 */
 extern _Atomic int hk_init_state;   /* 0 none, 1 running, 2 done */
 void hk_init(void);
 HK_INLINE void hk_init_check(void) {

@@ -180,18 +180,15 @@ uint64_t hk_os_now_ms(void) {
 }
 
 /* 64 random bits from the kernel: getrandom, or /dev/urandom where the
- * system call is missing or filtered. Never replaced by a clock: with no
- * random source, hakmem's keys would be guessable, so it says so and stops. */
-uint64_t hk_os_random(void) {
-  uint64_t v = 0;
+ * system call is missing or filtered. False if neither gives them. */
+bool hk_os_random(uint64_t *v) {
 #ifdef SYS_getrandom
-  if (syscall(SYS_getrandom, &v, sizeof v, 0) == (long)sizeof v) return v;
+  if (syscall(SYS_getrandom, v, sizeof *v, 0) == (long)sizeof *v) return true;
 #endif
   int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  ssize_t n = fd >= 0 ? read(fd, &v, sizeof v) : -1;
+  ssize_t n = fd >= 0 ? read(fd, v, sizeof *v) : -1;
   if (fd >= 0) close(fd);
-  if (n != (ssize_t)sizeof v) hk_fatal("no random source for its keys (getrandom and /dev/urandom both failed)", NULL);
-  return v;
+  return n == (ssize_t)sizeof *v;
 }
 
 size_t hk_os_peak_rss_kb(void) {

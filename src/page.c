@@ -11,7 +11,7 @@
 #include <string.h>
 
 /* A fresh key for each page (re)initialisation, derived from the secret
- * (init.c): a leaked or guessed link of one page says nothing about
+ * (keys.c): a leaked or guessed link of one page says nothing about
  * another's. */
 static uintptr_t page_key(const hk_page *page) {
   static __thread uint64_t counter __attribute__((tls_model("initial-exec")));

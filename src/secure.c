@@ -96,7 +96,8 @@ void hk_secure_shuffle_extend(hk_page *page, uint32_t n) {
   uint32_t bs = page->block_size;
   char *base = (char *)page->start + (size_t)page->capacity * bs;
   if (hk_secure_zero) memset(base, 0, (size_t)n * bs);
-  if (rng == 0) rng = hk_os_random() | 1;
+  static __thread uint64_t seeds __attribute__((tls_model("initial-exec")));
+  if (rng == 0) rng = hk_derive_key((uint64_t)(uintptr_t)&rng, ++seeds) | 1; /* (the thread's own variable) */
   rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
   uint32_t start = (uint32_t)(rng % n), stride = n > 1 ? 1 + (uint32_t)((rng >> 32) % (n - 1)) : 1;
   for (;;) { /* gcd(stride, n) == 1 */

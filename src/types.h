@@ -114,10 +114,9 @@ extern uint8_t hk_class_cache_max[HK_NCLASSES]; /* remote.c's thread cache per c
 /* ---- blocks ----
  * A free block's first word links to the next free block, XOR-ed with its
  * page's key (derived from the process's secret with the page address and
- * a counter, init.c). The
- * encoding lets free() recognise a block that is already free with one
- * compare (hk_looks_free), and keeps a stray user write from being followed
- * as a valid pointer. */
+ * a counter, keys.c). The encoding lets free() recognise a block that is
+ * already free with one compare (hk_looks_free), and keeps a stray user
+ * write from being followed as a valid pointer. */
 typedef struct hk_block { uintptr_t link; } hk_block;
 
 /* ---- pages ----
@@ -286,7 +285,7 @@ typedef struct hk_heap {
   hk_block *cache_first[HK_NCLASSES]; /* the thread cache of freed blocks (remote.c): each class's
                                      most recently freed first, linked through their second word */
   uintptr_t list_key;             /* the cache's and the stash's links are XOR-ed with it (derived
-                                     from the secret anew for each ownership, init.c) */
+                                     from the secret anew for each ownership, keys.c) */
   uint16_t cache_room[HK_NCLASSES]; /* blocks the class may still take: hk_class_cache_max less those
                                      it holds (0 in hk_heap_empty, and for a class without cache:
                                      one test for all) */

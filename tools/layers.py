@@ -18,7 +18,7 @@ from collections import defaultdict
 LAYERS = [
     ["os.c"],                                                      # every system call
     ["error.c"],
-    ["options.c"],
+    ["options.c", "keys.c"],                                       # settings; the secret and derived keys
     ["stats.c", "purger.c"],                                       # counters; the purger thread
     ["sizeclass.c", "arena.c"],                                    # geometry, address space
     ["region.c"],                                                  # slab spans

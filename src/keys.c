@@ -1,0 +1,51 @@
+/* Keys: the process's secret, and the keys derived from it.
+ *
+ * Every key hakmem writes into user memory (a page's key, in its free
+ * list's links; a heap's list key, in its thread cache's and stash's links)
+ * is SipHash-1-3 (Aumasson and Bernstein) of a 128-bit secret and of what
+ * the key is for. The secret itself is stored nowhere else, so a key learnt
+ * from a freed block says nothing about the secret or about any other key. */
+#include "internal.h"
+
+uintptr_t hk_key, hk_key2;
+
+/* Read once, at initialisation. Never made from a clock: with no random
+ * source, the keys would be guessable, so hakmem says so and stops. */
+void hk_keys_init(void) {
+  uint64_t a, b;
+  if (!hk_os_random(&a) || !hk_os_random(&b))
+    hk_fatal("no random source for its keys (getrandom and /dev/urandom both failed)", NULL);
+  hk_key = (uintptr_t)a;
+  hk_key2 = (uintptr_t)b;
+}
+
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                   \
+  do {                                                                                             \
+    v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);                                      \
+    v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                                         \
+    v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                                         \
+    v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);                                      \
+  } while (0)
+
+/* SipHash-1-3 of the 16 bytes (a, b) under the secret; bits 48-63 of the
+ * result are at least 0x100 (see hk_looks_free). */
+uintptr_t hk_derive_key(uint64_t a, uint64_t b) {
+  uint64_t k0 = hk_key, k1 = hk_key2;
+  uint64_t v0 = k0 ^ 0x736f6d6570736575ull, v1 = k1 ^ 0x646f72616e646f6dull;
+  uint64_t v2 = k0 ^ 0x6c7967656e657261ull, v3 = k1 ^ 0x7465646279746573ull;
+  uint64_t m[3] = {a, b, (uint64_t)16 << 56};
+  for (int i = 0; i < 3; i++) {
+    v3 ^= m[i];
+    SIPROUND;
+    v0 ^= m[i];
+  }
+  v2 ^= 0xff;
+  SIPROUND;
+  SIPROUND;
+  SIPROUND;
+  uint64_t v = v0 ^ v1 ^ v2 ^ v3;
+  if ((v >> 48) < 0x100) v |= (uint64_t)0xa5c3 << 48;
+  return (uintptr_t)v;
+}
+
