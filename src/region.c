@@ -36,7 +36,8 @@ static unsigned run_around(hk_slabmask free, unsigned i) {
  * a few cache sets, and a search that read each region's header would miss
  * the cache on every region it visits. Under its list's lock. */
 typedef struct hk_region_info {
-  struct region_list *list;  /* the list (and lock) the region belongs to */
+  struct region_list *list;  /* the list (and lock) the region belongs to; written and read
+                                without that lock atomically (same_at) */
   hk_slabmask free_mask;        /* bit i: slab i is free */
   hk_slabmask dirty_mask;       /* bit i: slab i is free but may hold committed pages */
   hk_region *r;
@@ -186,7 +187,7 @@ static hk_region_info *info_take(void) {
 static void info_give(hk_region_info *info) {
   hk_lock(&info_lock);
   info->r = NULL;
-  info->list = NULL;
+  __atomic_store_n(&info->list, NULL, __ATOMIC_RELAXED);
   info->next = info_free;
   info_free = info;
   hk_unlock(&info_lock);
@@ -219,8 +220,9 @@ static hk_region_info *region_new(region_list *l) {
   r->magic = HK_MAGIC_REGION;
   r->kind = HK_KIND_SMALL;
   r->info = info;
-  memset(info, 0, sizeof *info);
-  info->list = l;
+  /* (all but `list`, which same_at() reads without this list's lock) */
+  memset((char *)info + sizeof info->list, 0, sizeof *info - sizeof info->list);
+  __atomic_store_n(&info->list, l, __ATOMIC_RELAXED);
   info->r = r;
   info->free_mask = ALL_SLABS;
   info->max_run = run_around(ALL_SLABS, 1);
@@ -413,7 +415,11 @@ static span_pick same_at(region_list *l, unsigned n, unsigned cls) {
     hk_region_info *r = &info_pool[(at >> 8) - 1];
     unsigned i = at & 255;
     hk_slabmask run = slab_bits(i, n);
-    if (r->list == l && i + n <= HK_SLABS && ((r->heads >> i) & 1) && r->last_cls[i] == cls + 1 &&
+    /* (the record may have been given back and be taken for another list
+     * right now: its list is read atomically, and nothing else of it unless
+     * it is this list's, whose lock the caller holds) */
+    if (__atomic_load_n(&r->list, __ATOMIC_RELAXED) == l && i + n <= HK_SLABS && ((r->heads >> i) & 1) &&
+        r->last_cls[i] == cls + 1 &&
         (r->free_mask & r->dirty_mask & run) == run)
       return (span_pick){r, (hk_slabmask)1 << i, SCORE_SAME, true};
   }

@@ -109,7 +109,8 @@ hk_page *hk_spares_detach(hk_heap *h, uint64_t older_than, uint32_t keep) { retu
  * budget's growth ends with them. */
 void hk_spares_release_big(hk_heap *h) {
   h->spare_grown = 0;
-  if (h->spare_bytes == 0) return;
+  /* (spare_bytes is the purger's too: read under the lock only) */
+  if (hk_load_relaxed(&spares_total) == 0) return; /* no heap has spares */
   pthread_mutex_lock(&h->spare_lock);
   hk_page *out = detach(h, UINT64_MAX, 0, HK_SLAB_SIZE);
   pthread_mutex_unlock(&h->spare_lock);
