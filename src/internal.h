@@ -62,6 +62,7 @@ HK_COLD __attribute__((noreturn)) void hk_fatal_in(const char *who, const char *
 extern uintptr_t hk_key, hk_key2; /* the secret keys derive from */
 void hk_keys_init(void);
 uintptr_t hk_derive_key(uint64_t a, uint64_t b); /* keyed hash of (a, b), bits 48-63 >= 0x100 */
+uintptr_t hk_page_key(uint64_t page);            /* a page's key, from its thread's seed */
 size_t hk_fmt_hex(char *buf, uintptr_t v);
 size_t hk_fmt_dec(char *buf, uint64_t v);
 

@@ -2,9 +2,10 @@
  *
  * Every key hakmem writes into user memory (a page's key, in its free
  * list's links; a heap's list key, in its thread cache's and stash's links)
- * is SipHash-1-3 (Aumasson and Bernstein) of a 128-bit secret and of what
- * the key is for. The secret itself is stored nowhere else, so a key learnt
- * from a freed block says nothing about the secret or about any other key. */
+ * comes from a 128-bit secret by SipHash-1-3 (Aumasson and Bernstein): a
+ * heap's directly, a page's through its thread's page seed (hk_page_key).
+ * The secret itself is stored nowhere else, so a key learnt from a freed
+ * block says nothing about the secret or about another thread's keys. */
 #include "internal.h"
 
 uintptr_t hk_key, hk_key2;
@@ -49,3 +50,35 @@ uintptr_t hk_derive_key(uint64_t a, uint64_t b) {
   return (uintptr_t)v;
 }
 
+
+/* The high and low halves of a * b, XOR-ed: neither invertible nor linear. */
+static inline uint64_t fold(uint64_t a, uint64_t b) {
+  unsigned __int128 r = (unsigned __int128)a * b;
+  return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+/* A page's key: two multiply-folds of the page record's address and a
+ * per-thread counter under the thread's 128-bit page seed, which is
+ * SipHash-1-3 of the secret and a process-wide thread number. A span
+ * starts serving a class at every hk_page_init, so a key is made often
+ * (every large-block malloc that misses the caches): a dozen instructions
+ * instead of SipHash's hundred. Keys of different threads are independent;
+ * one thread's keys share its seed, which the folds hide from a reader of
+ * a few keys, though without a proof. Bits 48-63 are at least 0x100, as
+ * hk_derive_key's. */
+uintptr_t hk_page_key(uint64_t page) {
+  static __thread uint64_t seed0 __attribute__((tls_model("initial-exec")));
+  static __thread uint64_t seed1 __attribute__((tls_model("initial-exec")));
+  static __thread uint64_t counter __attribute__((tls_model("initial-exec")));
+  static _Atomic uint64_t threads;
+  if (HK_UNLIKELY(seed0 == 0)) {
+    uint64_t t = hk_add_relaxed(&threads, 1);
+    seed1 = hk_derive_key(t, 0x7061676573656564ull);  /* "pageseed" */
+    seed0 = hk_derive_key(t, ~0x7061676573656564ull); /* never 0: its top bits are set */
+  }
+  uint64_t c = ++counter;
+  uint64_t v = fold(page ^ seed0, c ^ seed1);
+  v = fold(v ^ seed1, c ^ seed0 ^ 0x9e3779b97f4a7c15ull);
+  if ((v >> 48) < 0x100) v |= (uint64_t)0xa5c3 << 48;
+  return (uintptr_t)v;
+}

@@ -10,14 +10,6 @@
 
 #include <string.h>
 
-/* A fresh key for each page (re)initialisation, derived from the secret
- * (keys.c): a leaked or guessed link of one page says nothing about
- * another's. */
-static uintptr_t page_key(const hk_page *page) {
-  static __thread uint64_t counter __attribute__((tls_model("initial-exec")));
-  return hk_derive_key((uint64_t)(uintptr_t)page, ++counter);
-}
-
 /* Cache colouring. A block alone in its span (page of a coloured class, or
  * large block) would otherwise start on a 64 KiB boundary like every other
  * such block, so the same offset into each, and the same offset into each
@@ -54,7 +46,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
     page->start += same_class && old_color < HK_COLORS * 64 ? old_color : hk_color_offset();
   }
   page->div_magic = hk_div_magic(bs);
-  page->key = page->free_key = page_key(page);
+  page->key = page->free_key = hk_page_key((uint64_t)(uintptr_t)page); /* new at each (re)initialisation */
   page->free_check = page->key ^ hk_region_base(page);
   page->cls = (uint8_t)cls;
   page->free = (hk_block *)hk_region_base(page); /* empty list: ends at the region base */

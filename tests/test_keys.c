@@ -1,18 +1,22 @@
 /* test_keys: the keys that hakmem writes into freed blocks (page keys,
  * heaps' list keys) are derived from the process's 128-bit secret by
- * SipHash-1-3 (src/init.c), so that a key read out of a freed block tells
- * nothing about the secret or any other key.
+ * SipHash-1-3, a page's through its thread's seed (src/keys.c), so that a
+ * key read out of a freed block tells nothing about the secret, and
+ * nothing evident about any other key.
  *
  * Checked here: the secret is set and is not itself a key; derived keys
  * keep bits 48-63 at 0x100 or more (hk_looks_free relies on it); no two of
  * 200,000 inputs give the same key; flipping one input bit changes about
  * half of the output bits (a weak mixer such as a XOR with the secret would
- * change one); and the keys of live pages and of the thread's heap are
- * neither half of the secret. */
+ * change one); the same of page keys, one thread's successive keys and
+ * keys of records one bit apart, and two threads' keys for one record
+ * differ; and the keys of live pages and of the thread's heap are neither
+ * half of the secret. */
 #include "../src/internal.h"
 #include "hakmem.h"
 #include "test_util.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -30,13 +34,59 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+enum { N = 200000, SAMPLES = 2000 };
+
+/* SAMPLES page keys of the calling thread for the same page address */
+static void *thread_keys(void *out) {
+  for (int i = 0; i < SAMPLES; i++) ((uint64_t *)out)[i] = hk_page_key(0x7f0000400000ull);
+  return NULL;
+}
+
+/* page keys: no two of N alike, top bits kept, the bits of successive keys
+ * and of keys for addresses one bit apart about half different, and
+ * another thread's keys none of this thread's */
+static void check_page_keys(uint64_t *keys) {
+  uint64_t rng = 0x2545f4914f6cdd1dull, succ = 0, flip_bits = 0;
+  for (int i = 0; i < N; i++) {
+    uint64_t page = 0x7f0000000000ull + (hkt_rand(&rng) % (1u << 20)) * 8192;
+    keys[i] = hk_page_key(page);
+    EXPECT(keys[i] >> 48 >= 0x100, "page key %#lx has its top bits below 0x100", (unsigned long)keys[i]);
+    if (i > 0 && i <= SAMPLES) succ += (uint64_t)__builtin_popcountll((keys[i] ^ keys[i - 1]) & (((uint64_t)1 << 48) - 1));
+  }
+  /* the counter moves on each call: compare a record with its neighbour at
+   * the same point by running two calls, address a then a ^ bit, against
+   * two calls of the same address */
+  for (int i = 0; i < SAMPLES; i++) {
+    uint64_t page = 0x7f0000000000ull + (hkt_rand(&rng) % (1u << 20)) * 8192;
+    uint64_t k1 = hk_page_key(page), k2 = hk_page_key(page ^ ((uint64_t)1 << (13 + i % 30)));
+    flip_bits += (uint64_t)__builtin_popcountll((k1 ^ k2) & (((uint64_t)1 << 48) - 1));
+  }
+  qsort(keys, N, sizeof *keys, cmp_u64);
+  int same = 0;
+  for (int i = 1; i < N; i++) same += keys[i] == keys[i - 1];
+  EXPECT(same == 0, "%d of %d page keys repeat another", same, N);
+  double ms = (double)succ / SAMPLES, mf = (double)flip_bits / SAMPLES;
+  EXPECT(ms > 20 && ms < 28, "successive page keys differ in %.1f of 48 low bits on average", ms);
+  EXPECT(mf > 20 && mf < 28, "page keys of records one bit apart differ in %.1f of 48 low bits", mf);
+  /* two new threads, the same address, the same counter values */
+  static uint64_t ta[SAMPLES], tb[SAMPLES];
+  pthread_t t1, t2;
+  EXPECT(pthread_create(&t1, NULL, thread_keys, ta) == 0 && pthread_join(t1, NULL) == 0 &&
+             pthread_create(&t2, NULL, thread_keys, tb) == 0 && pthread_join(t2, NULL) == 0,
+         "thread failed");
+  qsort(ta, SAMPLES, sizeof *ta, cmp_u64);
+  int shared = 0;
+  for (int i = 0; i < SAMPLES; i++) shared += bsearch(&tb[i], ta, SAMPLES, sizeof *ta, cmp_u64) != NULL;
+  EXPECT(shared == 0, "%d of %d page keys of one thread are another thread's", shared, SAMPLES);
+  printf("test_keys: %d page keys distinct, successive ones differ in %.1f bits, neighbours' in %.1f\n", N, ms, mf);
+}
+
 int main(void) {
   void *p = hak_malloc(48), *q = hak_malloc(5000); /* initialises hakmem: the secret, a heap, two pages */
   EXPECT(p != NULL && q != NULL, "malloc failed");
   EXPECT(hk_key != 0 && hk_key2 != 0 && hk_key != hk_key2, "secret not set: %#lx %#lx", (unsigned long)hk_key,
          (unsigned long)hk_key2);
 
-  enum { N = 200000 };
   uint64_t *keys = malloc(N * sizeof *keys); /* (the C library's: this test links hakmem's API only) */
   EXPECT(keys != NULL, "no memory for the test");
   uint64_t rng = 0x9e3779b97f4a7c15ull, bits_changed = 0;
@@ -56,6 +106,7 @@ int main(void) {
   int same = 0;
   for (int i = 1; i < N; i++) same += keys[i] == keys[i - 1];
   EXPECT(same == 0, "%d of %d inputs gave a key another input gave", same, N);
+  check_page_keys(keys);
   /* 48 mixed bits a key (the top 16 may be forced): about 24 change */
   double mean = (double)bits_changed / 2000;
   EXPECT(mean > 20 && mean < 28, "one input bit flipped changes %.1f of the 48 low output bits on average", mean);
