@@ -1,12 +1,19 @@
 /* Options: one table, read once at initialisation from HAKMEM_* environment
  * variables. docs/OPTIONS.md says what each default trades off.
- * `environ` is scanned by hand: this runs inside the first malloc. */
+ * `environ` is scanned by hand: this runs inside the first malloc.
+ * Two things the environment cannot do: set options of a set-user-ID or
+ * set-group-ID program (the kernel's AT_SECURE, which secure_getenv
+ * heeds), whose environment its less privileged caller chose; and lower
+ * HAKMEM_SECURE below the level the library was built with
+ * (-DHAKMEM_SECURE_DEFAULT=ON), which would let anyone who can set a
+ * variable turn a hardened build's checks off. */
 #include "internal.h"
 
 bool hk_secure;      /* HAKMEM_SECURE >= 1 (hk_init sets both from hk_opt.secure) */
 bool hk_secure_zero; /* HAKMEM_SECURE == 2 */
 
 #include <string.h>
+#include <sys/auxv.h>
 
 extern char **environ;
 
@@ -96,15 +103,25 @@ static void warn_unknown(void) {
   }
 }
 
+/* The value of HAKMEM_SECURE is below the build's level: kept, and said. */
+static void warn_secure_floor(void) {
+  static const char msg[] = "hakmem: warning: HAKMEM_SECURE below this build's hardened default ignored "
+                            "(built with -DHAKMEM_SECURE_DEFAULT=ON)\n";
+  hk_os_write_stderr(msg, sizeof msg - 1);
+}
+
 void hk_options_init(void) {
-  warn_unknown();
+  bool trusted = getauxval(AT_SECURE) == 0;
+  if (trusted) warn_unknown();
   for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
     option_desc *o = &options[i];
     *o->value = o->def;
-    const char *s = env_lookup(o->name);
+    const char *s = trusted ? env_lookup(o->name) : NULL;
     long v;
     if (s == NULL) continue;
-    if (parse_long(s, &v) && v >= o->min && v <= o->max) {
+    if (parse_long(s, &v) && o->value == &hk_opt.secure && v >= o->min && v < HAKMEM_SECURE_DEFAULT) {
+      warn_secure_floor();
+    } else if (parse_long(s, &v) && v >= o->min && v <= o->max) {
       *o->value = v;
     } else {
       static const char msg[] = "hakmem: warning: ignoring invalid value of HAKMEM_";
