@@ -140,8 +140,11 @@ HK_INLINE uintptr_t hk_region_base(const void *p) { return (uintptr_t)p & ~HK_RE
 
 /* Where a region's header (hk_region) lies. A large mapping's, and a small
  * region's outside the arena, at its base. A small region in the arena
- * moves its header into slab 0 (which serves no page), 8 KiB times its
- * slot number mod 8 from the base: at the base of every region, the page
+ * moves its header into slab 0 (which serves no page), 8 KiB times one
+ * more than its slot number mod 6 from the base, and the rest of slab 0
+ * stays inaccessible (region.c): no overflow off the end of the region
+ * before, nor underflow off the start of slab 1, reaches the header
+ * without faulting first. At the base of every region, the page
  * records of all regions would share the same sets of the L2 and L3 (their
  * index bits stop below 4 MiB), and free(), which reads the record of the
  * freed block's page, would miss the cache on conflicts between regions.
@@ -160,7 +163,7 @@ HK_INLINE uintptr_t hk_region_header_offset(uintptr_t base) {
   if (HK_UNLIKELY(hk_load_relaxed(&hk_arena_shrunk)) &&
       (hk_load_relaxed(&hk_arena_holes[slot / 64]) >> (slot % 64)) & 1)
     return 0;
-  return (slot % HK_HEADER_SPOTS) * sizeof(hk_region);
+  return (slot % HK_HEADER_SPOTS + 1) * sizeof(hk_region);
 }
 HK_INLINE hk_region *hk_region_of(const void *p) {
   uintptr_t base = hk_region_base(p);

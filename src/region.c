@@ -32,7 +32,7 @@ static unsigned run_around(hk_slabmask free, unsigned i) {
 
 /* What the span search reads of each small region, kept apart from the
  * region (hk_region.info) in one array: the headers sit at 4 MiB
- * alignment (plus one of 8 offsets in the arena: hk_region_of), hence in
+ * alignment (plus one of 6 offsets in the arena: hk_region_of), hence in
  * a few cache sets, and a search that read each region's header would miss
  * the cache on every region it visits. Under its list's lock. */
 typedef struct hk_region_info {
@@ -193,6 +193,20 @@ static void info_give(hk_region_info *info) {
   hk_unlock(&info_lock);
 }
 
+/* Commit an arena slot for a region: its header (hk_region_of) and slabs
+ * 1-63. The rest of slab 0, at least 8 KiB on either side of the header,
+ * stays reserved and inaccessible: a guard between the header and the
+ * blocks of this region and of the region before. Each region then takes
+ * four mappings (VMAs) where its neighbours' would merge into one; when
+ * the kernel's limit on them (vm.max_map_count) refuses, the slot is
+ * committed whole, without the guards. */
+static bool commit_slot(hk_region *slot) {
+  char *r = (char *)slot, *header = r + hk_region_header_offset((uintptr_t)r);
+  if (hk_os_commit(header, sizeof(hk_region)) && hk_os_commit(r + HK_SLAB_SIZE, HK_REGION_SIZE - HK_SLAB_SIZE))
+    return true;
+  return hk_os_commit(r, HK_REGION_SIZE);
+}
+
 /* Caller holds l's lock. The region is committed (a system call) after the
  * record and the slot are taken, outside their locks: two threads that grow
  * at once do not wait for each other's commit. */
@@ -202,8 +216,9 @@ static hk_region_info *region_new(region_list *l) {
   hk_region *slot = hk_arena_take();
   hk_space_check(false);
   hk_region *r = slot;
-  if (r != NULL && !hk_os_commit(r, HK_REGION_SIZE)) r = NULL;
-  if (r == NULL) r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE);
+  if (r != NULL && !commit_slot(r)) r = NULL;
+  if (r == NULL && (r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE)) != NULL)
+    hk_os_guard((char *)r + sizeof(hk_region), HK_SLAB_SIZE - sizeof(hk_region)); /* slab 0 after the header */
   if (r != NULL && !hk_region_map_prepare(r)) { /* beyond the ownership map, or no memory for it */
     hk_os_unmap(r, HK_REGION_SIZE);
     r = NULL;

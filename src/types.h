@@ -240,13 +240,14 @@ typedef struct hk_region {
 
 _Static_assert(sizeof(hk_page) <= HK_LARGE_HEADER, "a large block's header (slot 0) must fit in its 4 KiB");
 _Static_assert(offsetof(hk_region, block_end) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
-_Static_assert(sizeof(hk_region) == 8192 && 8 * sizeof(hk_region) <= HK_SLAB_SIZE, "a moved header stays in slab 0 (hk_region_of)");
 
 /* ---- the arena, its page table and the ownership map (arena.c) ---- */
 #define HK_ARENA_SLABS ((uintptr_t)1 << 20)        /* slabs in the arena: 64 GiB */
 #define HK_PAGE_TABLE_BYTES (HK_ARENA_SLABS * sizeof(uintptr_t))
 #define HK_ARENA_REGIONS (HK_ARENA_SLABS >> (HK_REGION_SHIFT - HK_SLAB_SHIFT))
-#define HK_HEADER_SPOTS 8u                         /* where an arena region's header may lie (hk_region_of) */
+#define HK_HEADER_SPOTS 6u                         /* where an arena region's header may lie (hk_region_of) */
+_Static_assert(sizeof(hk_region) == 8192 && (HK_HEADER_SPOTS + 2) * sizeof(hk_region) <= HK_SLAB_SIZE,
+               "a moved header stays in slab 0, 8 KiB from either end (hk_region_of)");
 /* The ownership map's leaves: 2^HK_MAP_LEAF_SHIFT bits (32 KiB, 1 TiB of
  * address space) each, made when a mapping first lands in their range. */
 #define HK_MAP_LEAF_SHIFT 18
