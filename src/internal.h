@@ -39,6 +39,7 @@ void hk_os_unmap(void *p, size_t size);
 void hk_os_guard(void *p, size_t size);                /* PROT_NONE */
 void hk_os_purge(void *p, size_t size);               /* MADV_DONTNEED */
 void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align); /* NULL on failure */
+void *hk_os_remap_headed(void *p, size_t old_size, size_t new_size, size_t align, size_t head, size_t header);
 bool hk_os_shrink(void *p, size_t old_size, size_t new_size);
 bool hk_os_space_limited(size_t need); /* an RLIMIT_AS that a mapping of need bytes fits under */
 bool hk_os_space_tight(void);            /* an RLIMIT_AS or RLIMIT_DATA holds */

@@ -1,7 +1,11 @@
 /* Large blocks (> 1 MiB, alignment > 64 KiB, or from HK_TIGHT_LARGE_MIN
  * up while a limit on mapped bytes holds): each is its own 4 MiB-aligned
- * mapping with a 128-byte header (its hk_region record, slot 0) at its
- * start and its data in its first 4 MiB unit. free() misses the arena's
+ * mapping with a 128-byte header (its hk_region record, slot 0) in its
+ * first page, a guard page after it (PROT_NONE: no underflow from the data
+ * reaches the header) and its data from there on, starting in its first
+ * 4 MiB unit. Under a limit on mapped bytes (hk_space_tight), where the two
+ * pages would cost many blocks of HK_TIGHT_LARGE_MIN up a tenth of their
+ * address space, the data follows the header in its page, unguarded. free() misses the arena's
  * page table for it and, in the slow path (hk_region_lookup), finds the
  * unit's bit set in the ownership map (hk_region_is_ours) and the header at
  * the unit's base (hk_region_of), as for a small region mapped outside the
@@ -23,7 +27,8 @@
 
 pthread_mutex_t hk_large_lock = HK_SPIN_MUTEX_INITIALIZER;
 
-#define LARGE_META sizeof(hk_page) /* the header's bytes: the region record (slot 0) */
+#define LARGE_HEAD (HK_LARGE_HEADER + HK_GUARD) /* the header's page and the guard page */
+#define LARGE_META sizeof(hk_page) /* the header's bytes (the region record, slot 0): where unguarded data may start */
 
 /* The cache: up to CACHE_MAX entries (hk_opt.large_cache_max), each a
  * freed mapping, indexed by size in bins of eight per power of two (the
@@ -175,7 +180,7 @@ static void cache_enforce_budget_locked(uint64_t now) {
     if (now < ent[i].at_ms + CACHE_HOT_MS) break;
     hk_region *old = ent[i].r;
     hk_os_purge((char *)old + data_page(old), old->cached_resident);
-    if (!hk_secure) memset((char *)old + LARGE_META, 0, HK_OS_PAGE - LARGE_META); /* the header's page */
+    if (!hk_secure && !old->large_guarded) memset((char *)old + LARGE_META, 0, HK_OS_PAGE - LARGE_META); /* the header's page */
     cache.resident -= ent[i].resident;
     ent[i].resident = 0;
     old->cached_resident = 0;
@@ -269,16 +274,34 @@ bool hk_large_trim(bool force) {
   return n > 0;
 }
 
-/* Hardened mode: a guard page right before the data (after the header) and
- * one at the end of the mapping. Such blocks are not moved by mremap (that
- * would misplace the guards); a cached one is reused only for the same data
- * offset, so its guards are where they belong. */
+/* The guard page after the header's page, in every mode; hardened mode
+ * puts it right before the data instead (the same place unless the block
+ * is aligned to more than a page) and adds one at the end of the mapping.
+ * Hardened blocks are not moved by mremap (that would misplace the guards);
+ * a cached one is reused only for the same data offset, so its guards are
+ * where they belong. Others move with hk_os_remap_headed, which keeps
+ * header, guard and data in place relative to each other. */
 static size_t guard_tail(void) { return hk_secure ? HK_GUARD : 0; }
 
 static void place_guards(hk_region *r) {
   if (!hk_secure) return;
   hk_os_guard((char *)r + r->user_offset - HK_GUARD, HK_GUARD);
   hk_os_guard((char *)r + r->map_size - HK_GUARD, HK_GUARD);
+}
+
+/* Default mode: the guard page after the header's, or none (under a limit
+ * on mapped bytes), for a fresh or reused mapping. */
+static void set_head_guard(hk_region *r, bool on) {
+  if (hk_secure || r->large_guarded == on) return;
+  if (on) hk_os_guard((char *)r + HK_LARGE_HEADER, HK_GUARD);
+  else if (!hk_os_commit((char *)r + HK_LARGE_HEADER, HK_GUARD)) return; /* (stays guarded) */
+  r->large_guarded = on;
+}
+
+/* A mapping grown or moved, its header (and guard) with it. */
+static hk_region *remap_large(hk_region *r, size_t old, size_t want) {
+  if (!r->large_guarded) return hk_os_remap(r, old, want, HK_REGION_SIZE);
+  return hk_os_remap_headed(r, old, want, HK_REGION_SIZE, LARGE_HEAD, HK_LARGE_HEADER);
 }
 
 /* A fresh mapping for a large block, its header filled in; NULL when out of
@@ -376,7 +399,7 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
   if (grow) {
     /* out of the ownership map while it moves (see hk_large_realloc) */
     hk_region_unregister(r);
-    hk_region *n = hk_os_remap(r, old, want, HK_REGION_SIZE);
+    hk_region *n = remap_large(r, old, want);
     size_t gone = old; /* (the bytes to unmap when it fails) */
     if (n != NULL && !hk_region_map_prepare(n)) { /* no leaf for its new place */
       r = n;
@@ -403,27 +426,27 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
   return r;
 }
 
-/* Where a block's data starts in its mapping. Every large mapping is 4 MiB
- * aligned, so data at one fixed offset would put the same byte of every
- * block's every page in the same cache sets, and a loop that writes each
- * page of a few large blocks would miss the L2 on every write.
- * Blocks aligned to at most 64 bytes start at one of 62 cache-line offsets
- * after the header (the hk_region record, LARGE_META bytes), in the header's
- * own page: a block of whole pages then spans one page more than its data,
- * not two (as with a header page of its own). Aligned blocks start at
- * their alignment. Hardened mode keeps the data on a page boundary, behind its guard page,
- * and the header on a page of its own. */
+/* Where a block's data starts in its mapping: after the header's page and
+ * the guard page (LARGE_HEAD). Every large mapping is 4 MiB aligned, so
+ * data at one fixed offset would put the same byte of every block's every
+ * page in the same cache sets, and a loop that writes each page of a few
+ * large blocks would miss the L2 on every write: blocks aligned to at most
+ * 64 bytes start at one of 64 cache-line offsets into the page after the
+ * guard. Aligned blocks start at their alignment, or at LARGE_HEAD (a
+ * multiple of every smaller one). Hardened mode keeps the data on a page
+ * boundary. */
 static size_t data_offset(size_t align) {
-  if (hk_secure) return align <= HK_LARGE_HEADER ? HK_LARGE_HEADER + HK_GUARD : align;
-  if (align > 64) return align < LARGE_META ? LARGE_META : align;
-  return LARGE_META + hk_color_offset() % (HK_OS_PAGE - LARGE_META);
+  if (align > 64 || hk_secure) return align > LARGE_HEAD ? align : LARGE_HEAD;
+  return LARGE_HEAD + hk_color_offset();
 }
 
-/* Where purging a cached mapping starts: the page after the header's
- * (hardened mode: at its data, the same for every reuse, behind the guard
- * page). The rest of the header's page, which may hold data, is cleared
- * instead when the purge promises zeros (see large_zero). */
-static size_t data_page(const hk_region *r) { return hk_secure ? r->user_offset : HK_OS_PAGE; }
+/* Where purging a cached mapping starts: its data's first page (hardened
+ * mode: its data, the same for every reuse), or, unguarded, the page after
+ * the header's, the rest of which is cleared instead when the purge
+ * promises zeros (see large_zero). */
+static size_t data_page(const hk_region *r) {
+  return hk_secure ? r->user_offset : r->large_guarded ? LARGE_HEAD : HK_OS_PAGE;
+}
 
 void *hk_large_alloc(size_t size, size_t align, bool zero) {
   if (size > HK_MAX_REQUEST || align > ((size_t)1 << 40)) {
@@ -432,11 +455,11 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   }
   /* under a limit on mapped bytes (hk_space_tight) the data follows the
    * header without a colour, which could cost a page more */
-  bool tight = hk_load_relaxed(&hk_space_tight);
-  size_t off = tight && align <= 64 && !hk_secure ? LARGE_META : data_offset(align);
+  bool tight = hk_load_relaxed(&hk_space_tight), guarded = !tight && !hk_secure;
+  size_t off = guarded || hk_secure ? data_offset(align) : align > LARGE_META ? align : LARGE_META;
   /* the mapping's size does not depend on the colour: a cached one fits any */
   bool colored = align <= 64 && !hk_secure && !tight;
-  size_t span = colored ? HK_OS_PAGE - 64 : off; /* the largest coloured offset */
+  size_t span = colored ? LARGE_HEAD + HK_OS_PAGE - 64 : off; /* the largest coloured offset */
   size_t need = round_page(span + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
   bool detach = align >= HK_REGION_SIZE;
   /* the mapping's size: rounded to its cache bin (not under a limit, nor
@@ -445,7 +468,8 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   hk_region *r = detach ? NULL : cache_take(need, want, off, size);
   /* a reused mapping keeps its colour: a program that reuses the block
    * writes the same lines, which may still be cached */
-  if (r != NULL && colored && r->user_offset >= LARGE_META && r->user_offset <= span) off = r->user_offset;
+  if (r != NULL && colored && r->user_offset >= LARGE_HEAD && r->user_offset <= span) off = r->user_offset;
+  if (r != NULL) set_head_guard(r, guarded);
   if (r == NULL) {
     r = map_large(want, detach ? align : HK_REGION_SIZE);
     if (r == NULL) {
@@ -454,6 +478,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
     }
     r->user_offset = off;
     place_guards(r); /* once per mapping: a cached one keeps them */
+    set_head_guard(r, guarded);
     if (detach) {
       r->large_detached = 1;
       hk_lock(&hk_large_lock);
@@ -557,7 +582,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   hk_region_unregister(r);
   /* rounded to a cache bin, as a new mapping: room to grow further in place */
   size_t want = hk_load_relaxed(&hk_space_tight) ? need : bin_round(need);
-  hk_region *n = hk_os_remap(r, old, want, HK_REGION_SIZE);
+  hk_region *n = remap_large(r, old, want);
   hk_region_register(n != NULL ? n : r);
   if (n == NULL) return NULL;
   hk_stat_add(large_remaps, 1);

@@ -7,6 +7,7 @@ __thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -113,6 +114,41 @@ void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align) {
 #endif
   (void)p; (void)old_size; (void)new_size; (void)align;
   return NULL;
+}
+
+/* hk_os_remap for a mapping whose first `head` bytes (a header page and a
+ * guard page: different protections, so separate mappings that one mremap
+ * cannot take together) stay as they are: the rest grows in place, or all
+ * of it moves to a new reservation, the guard staying inaccessible there. */
+void *hk_os_remap_headed(void *p, size_t old_size, size_t new_size, size_t align, size_t head, size_t header) {
+#if defined(MREMAP_MAYMOVE) && defined(MREMAP_FIXED)
+  int saved = errno;
+  char *c = (char *)p;
+  if (mremap(c + head, old_size - head, new_size - head, 0) != MAP_FAILED) return p;
+  char *dst = hk_os_reserve(new_size, align);
+  if (dst == NULL) return NULL;
+  if (mremap(c + head, old_size - head, new_size - head, MREMAP_MAYMOVE | MREMAP_FIXED, dst + head) == MAP_FAILED) {
+    munmap(dst, new_size);
+    return NULL;
+  }
+  if (mremap(c, header, header, MREMAP_MAYMOVE | MREMAP_FIXED, dst) == MAP_FAILED) {
+    /* the data has moved, its header has not: bring the data back */
+    if (mremap(dst + head, new_size - head, old_size - head, MREMAP_MAYMOVE | MREMAP_FIXED, c + head) == MAP_FAILED) {
+      static const char msg[] = "hakmem: error: mremap could move neither a large block's header to its data "
+                                "nor the data back (out of mappings?)\n";
+      hk_os_write_stderr(msg, sizeof msg - 1);
+      abort();
+    }
+    munmap(dst, new_size);
+    return NULL;
+  }
+  munmap(c + header, head - header); /* the old guard */
+  errno = saved;
+  return dst;
+#else
+  (void)p; (void)old_size; (void)new_size; (void)align; (void)head; (void)header;
+  return NULL;
+#endif
 }
 
 /* Is there an address-space limit (RLIMIT_AS) that a mapping of `need`

@@ -227,7 +227,8 @@ typedef struct hk_region {
       size_t map_size;           /* bytes mapped from the region base */
       size_t user_offset;        /* data starts at base + user_offset */
       size_t user_size;          /* bytes requested */
-      uint32_t large_state;
+      uint16_t large_state;
+      uint16_t large_guarded;    /* default mode: a guard page follows the header's page (large.c) */
       uint16_t large_zero;       /* data is known to be zero (fresh mapping) */
       uint16_t large_detached;   /* alignment >= 4 MiB: data is outside the header's
                                     4 MiB unit; found through a list, not the bitmap */

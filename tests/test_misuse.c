@@ -335,6 +335,17 @@ static void overflow_region_end(void) {
   memset(hkt_opaque_ptr(p + 4 * KiB), 0x41, 4 * MiB - end + 8 * KiB);
 }
 
+/* a write running down from a 4 MiB block toward the start of its mapping
+ * (4 MiB-aligned, its header there) lands on a guard page first */
+static void underflow_large(void) {
+  size_t n = 4 * MiB;
+  char *p = (char *)API(malloc)(n);
+  CHECK(p != NULL, "malloc failed");
+  volatile char *base = (char *)((uintptr_t)p & ~(uintptr_t)(4 * MiB - 1));
+  for (volatile char *q = hkt_opaque_ptr(p); q-- > base + 64;) *q = 0x41;
+  API(free)(p);
+}
+
 /* a pointer into the tail a block gave back when realloc shrank it in place */
 static void free_into_shrunk_tail(void) {
   char *p = (char *)API(malloc)(512 * KiB);
@@ -407,6 +418,7 @@ static const mcase cases[] = {
     {"write after free, then malloc", write_after_free, 2, SIGABRT, "write after free"},
     {"write past the end of a 4 MiB block", overflow_large_guard, 1, SIGSEGV, NULL},
     {"8 KiB written below the first block of a region", underflow_region_start, 0, SIGSEGV, NULL},
+    {"a write running down from a 4 MiB block toward its header", underflow_large, 0, SIGSEGV, NULL},
     {"8 KiB written past the last block of a region", overflow_region_end, 0, SIGSEGV, NULL},
     {"double free, first free by another thread", double_free_cross_thread, 0, SIGABRT, NULL},
     {"double free of an exited thread's block", double_free_remote, 0, SIGABRT, NULL},
