@@ -82,6 +82,16 @@ static void realloc_freed(void) {
   void *q = API(realloc)(hkt_opaque_ptr(p), 100);
   (void)q;
 }
+/* the same size, from another thread: realloc has nothing to move */
+static void *realloc_48(void *p) { return API(realloc)(hkt_opaque_ptr(p), 48); }
+static void realloc_freed_other_thread(void) {
+  void *p = API(malloc)(48);
+  CHECK(p != NULL, "malloc failed");
+  API(free)(p);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, realloc_48, p) == 0, "pthread_create failed");
+  pthread_join(t, NULL);
+}
 static void free_mmap(void) {
   void *p = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHECK(p != MAP_FAILED, "mmap failed");
@@ -400,6 +410,7 @@ static const mcase cases[] = {
     {"double free of a 200 KiB block", double_free_medium, 0, SIGABRT, NULL},
     {"double free of a 4 MiB block", double_free_large, 0, SIGABRT, NULL},
     {"realloc of a freed small block", realloc_freed, 0, SIGABRT, NULL},
+    {"realloc of a freed small block from another thread, same size", realloc_freed_other_thread, 0, SIGABRT, "realloc"},
     {"free of a pointer from mmap()", free_mmap, 0, SIGABRT, NULL},
     {"free of a 2 MiB-aligned mmap() pointer", free_mmap_2mib_aligned, 0, SIGABRT, NULL},
     {"free of a pointer into the middle of a 4 MiB block", free_interior_large, 0, SIGABRT, NULL},
