@@ -142,6 +142,26 @@ static void uaf_low_bytes_odd(void) { uaf_low_bytes(0x1234); }
 /* to another block start, 2 KiB away */
 static void uaf_low_bytes_block(void) { uaf_low_bytes(0x0800); }
 
+/* a block freed by another thread, its first word then overwritten (a
+ * use after free), then mallocs in the owner: they reach the block through
+ * the page's remote-free stack */
+static void *free_in_thread(void *p) {
+  API(free)(hkt_opaque_ptr(p));
+  return NULL;
+}
+static void remote_uaf_write(void) {
+  char *p = (char *)take(48);
+  drop(p);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, free_in_thread, p) == 0, "pthread_create failed");
+  pthread_join(t, NULL);
+  phase = PHASE_WRITE;
+  *(void **)hkt_opaque_ptr(p) = chosen;
+  phase = PHASE_SETUP;
+  hold(chosen, sizeof chosen);
+  take_n(48, 200);
+}
+
 /* a freed block rewritten (zeroed, or other bytes), then freed again */
 static void uaf_fill_double_free(int byte) {
   char *keep = (char *)take(64);
@@ -247,6 +267,8 @@ static const scenario scenarios[] = {
     {"low two bytes of a freed block's first word changed (0x1234), then malloc", uaf_low_bytes_odd, {R, R, R}, {C | T, C | T, 0}},
     {"low two bytes of a freed block's first word changed to another block, then malloc", uaf_low_bytes_block, {R, R, R},
      {C | T | N, C | T | N, C | T | N}},
+    {"block freed by another thread, its first word then overwritten, then mallocs by the owner", remote_uaf_write,
+     {R, R, R}, {C | T, C | T, C | T}},
     {"freed block zeroed, then freed again", uaf_zero_double_free, {R, R, R}, {T, T, 0}},
     {"freed block overwritten with other bytes, then freed again", uaf_bytes_double_free, {R, R, R}, {T, T, 0}},
     {"realloc of a freed block, same size", realloc_freed_same_size, {R, R, R}, {0, 0, 0}},
