@@ -69,6 +69,24 @@ HK_INLINE void hk_page_park_note(hk_page *page, uint32_t used) {
   hk_store_relaxed(&page->park, (parks + 1) << 32 | used);
 }
 
+/* b, the head of the page's free list, is a carved block of the page
+ * (hk_is_carved_block), for its owner. The owner reads carved_bound
+ * plainly (hk_load_owned): it writes the bound itself as it carves, and
+ * the only other writer, a remote freer giving a parked page back
+ * (remote.c), clears it on a page that is nobody's current page, which
+ * its owner takes up again only after seeing the page's state change
+ * (hk_page_reclaimed). False for the list's end (the region base lies below the page's start)
+ * and for what a corrupted link decodes to: an address near the block
+ * (a few bytes of the link changed) that is not a carved block start fails
+ * it exactly; a link overwritten whole decodes, through the key, to a
+ * random address, whose low 32 bits pass with odds of about capacity in
+ * 2^32. Checked before the block's own link is read, so no corrupted link
+ * is followed. */
+HK_INLINE bool hk_list_head_ok(const hk_page *page, const hk_block *b) {
+  uint32_t off = (uint32_t)((uintptr_t)b - page->start);
+  return (uint64_t)off * page->div_magic < hk_load_owned(&page->carved_bound);
+}
+
 /* Take the first block of the page's free list, which is not empty, as a
  * live block. */
 HK_INLINE hk_block *hk_page_pop(hk_page *page) {

@@ -1,6 +1,7 @@
 /* The malloc and free fast paths, inlined into every entry point.
  *
- * Same-thread malloc: pop the class's current page's free list (in cache
+ * Same-thread malloc: pop the class's current page's free list, whose head
+ *                     must be a carved block of the page (in cache
  *                     mode the thread cache's block of the class first,
  *                     remote.c: one compare otherwise).
  * Same-thread free:   look the page up in the arena's page table, check the
@@ -15,10 +16,12 @@
 
 #include "internal.h"
 
-/* Pop the first free block of `page`, the current page of size's class. */
+/* Pop the first free block of `page`, the current page of size's class.
+ * The one test of the list's head (hk_list_head_ok) finds both the list's
+ * end and a corrupted link; hk_malloc_no_head tells them apart. */
 HK_INLINE void *hk_malloc_from(hk_heap *heap, hk_page *page, size_t size) {
-  if (HK_LIKELY(!hk_list_end(page->free))) return hk_page_pop(page);
-  return hk_malloc_slow(size, heap);
+  if (HK_LIKELY(hk_list_head_ok(page, page->free))) return hk_page_pop(page);
+  return hk_malloc_no_head(size, heap, page);
 }
 
 HK_INLINE void *hk_malloc_fast(size_t size) {

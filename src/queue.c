@@ -429,6 +429,8 @@ void *hk_heap_alloc(hk_heap *h, size_t size, unsigned cls) {
     errno = ENOMEM;
     return NULL;
   }
+  if (HK_UNLIKELY(!hk_list_head_ok(page, page->free)))
+    hk_fatal("free list corrupted (a freed block was written: a use after free, or an overflow)", page->free);
   hk_block *b = hk_page_pop(page);
   if (hk_secure) hk_secure_on_alloc(page, b, size);
   return b;

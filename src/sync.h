@@ -21,6 +21,11 @@
 #pragma GCC visibility push(hidden)
 
 #define hk_load_relaxed(p) atomic_load_explicit((p), memory_order_relaxed)
+/* A plain load of a 64-bit atomic field by a thread that no other thread
+ * writes it against (its only writer, or one ordered after every other
+ * write): the value hk_load_relaxed would give, in a form the compiler may
+ * fold into the instruction that uses it. */
+#define hk_load_owned(p) (*(const uint64_t *)(const void *)(p))
 #define hk_store_relaxed(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
 #define hk_add_relaxed(p, n) atomic_fetch_add_explicit((p), (n), memory_order_relaxed)
 #define hk_sub_relaxed(p, n) atomic_fetch_sub_explicit((p), (n), memory_order_relaxed)

@@ -104,6 +104,13 @@ void *hk_malloc_cached(size_t size, hk_heap *h) {
   return hk_malloc_from(h, h->direct[cls], size);
 }
 
+/* The fast path's page had no carved block at the head of its list: the
+ * list ended (the slow path), or a link was corrupted. */
+void *hk_malloc_no_head(size_t size, hk_heap *h, hk_page *page) {
+  if (HK_LIKELY(hk_list_end(page->free))) return hk_malloc_slow(size, h);
+  hk_fatal("free list corrupted (a freed block was written: a use after free, or an overflow)", page->free);
+}
+
 /* From the fast path (the class is computed here: the lookup table is empty
  * before initialisation). */
 void *hk_malloc_slow(size_t size, hk_heap *h) {

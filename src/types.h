@@ -140,8 +140,9 @@ struct hk_heap;
 /* 128 bytes in two cache lines, split by who writes them. The first is
  * fixed while the page serves a class: everything free() reads to validate
  * a pointer and find the owner, read by every thread that frees into the
- * page. The second is the owner's free list and count (malloc touches only
- * this line) and the remote stack. Other threads' frees thus never read a
+ * page (and by malloc, which tests its list's head as free() tests a
+ * pointer). The second is the owner's free list and count and the remote
+ * stack. Other threads' frees thus never read a
  * line the owner keeps writing: in one line, every remote free would miss
  * on it. */
 typedef struct hk_page {
