@@ -356,6 +356,20 @@ static void underflow_large(void) {
   API(free)(p);
 }
 
+/* the same after realloc grew the block to 64 MiB, in place or moved
+ * (with other large blocks after it, most often moved): its guard went
+ * with it */
+static void underflow_large_grown(void) {
+  char *p = (char *)API(malloc)(4 * MiB);
+  CHECK(p != NULL, "malloc failed");
+  for (int i = 0; i < 4; i++) CHECK(API(malloc)(4 * MiB) != NULL, "malloc failed");
+  p = (char *)API(realloc)(p, 64 * MiB);
+  CHECK(p != NULL, "realloc failed");
+  volatile char *base = (char *)((uintptr_t)p & ~(uintptr_t)(4 * MiB - 1));
+  for (volatile char *q = hkt_opaque_ptr(p); q-- > base + 64;) *q = 0x41;
+  API(free)(p);
+}
+
 /* a pointer into the tail a block gave back when realloc shrank it in place */
 static void free_into_shrunk_tail(void) {
   char *p = (char *)API(malloc)(512 * KiB);
@@ -430,6 +444,7 @@ static const mcase cases[] = {
     {"write past the end of a 4 MiB block", overflow_large_guard, 1, SIGSEGV, NULL},
     {"8 KiB written below the first block of a region", underflow_region_start, 0, SIGSEGV, NULL},
     {"a write running down from a 4 MiB block toward its header", underflow_large, 0, SIGSEGV, NULL},
+    {"the same after realloc grew the block to 64 MiB", underflow_large_grown, 0, SIGSEGV, NULL},
     {"8 KiB written past the last block of a region", overflow_region_end, 0, SIGSEGV, NULL},
     {"double free, first free by another thread", double_free_cross_thread, 0, SIGABRT, NULL},
     {"double free of an exited thread's block", double_free_remote, 0, SIGABRT, NULL},
