@@ -334,13 +334,14 @@ static hk_region *map_large(size_t need, size_t align) {
  * before the search looks further (then trims what it takes). */
 #define NEAR_BINS 2
 
-/* The first entry of bin k usable for a block at data offset `off` (hardened
- * mode: only one with the same offset, so the guard pages stay in place),
- * resident ones first; NIL if none. */
-static unsigned bin_first(unsigned k, size_t off) {
+/* The first entry of bin k usable for a block at data offset `off` that
+ * needs `need` bytes (hardened mode: only one with the same offset, so the
+ * guard pages stay in place, and, as its mappings are not rounded to their
+ * bin's size, one at least `need` long), resident ones first; NIL if none. */
+static unsigned bin_first(unsigned k, size_t off, size_t need) {
   unsigned i = bins[k].first;
   if (hk_secure)
-    while (i != NIL && ent[i].user_offset != off) i = ent[i].link[BY_BIN][NEXT];
+    while (i != NIL && (ent[i].user_offset != off || ent[i].map_size < need)) i = ent[i].link[BY_BIN][NEXT];
   return i;
 }
 /* The lowest non-empty bin from k up (NBINS: none). */
@@ -365,16 +366,18 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
   hk_lock(&hk_large_lock);
   size_t recent = recent_live_locked(hk_os_now_ms(), size);
   unsigned k = bin_of(need), best = NIL;
-  if (bin_size(k) < need) k++; /* entries of bin k may be smaller than need */
+  /* entries of bin k may be smaller than need (hardened mode looks at
+   * each: its mappings of a size are all in the bin below that size's) */
+  if (bin_size(k) < need && !hk_secure) k++;
   for (unsigned b = k; b <= k + NEAR_BINS && b < NBINS; b++) {
-    unsigned i = bin_first(b, off);
+    unsigned i = bin_first(b, off, need);
     if (i != NIL && (best == NIL || (ent[i].resident && !ent[best].resident))) best = i;
     if (best != NIL && ent[best].resident) break;
   }
   /* (hardened mode under a limit on mapped bytes: a mapping never trimmed
    * would hold a small block's address space many times over) */
   bool far = !hk_secure || !hk_load_relaxed(&hk_space_tight);
-  for (unsigned b = k + NEAR_BINS + 1; best == NIL && far && (b = bin_next(b)) < NBINS; b++) best = bin_first(b, off);
+  for (unsigned b = k + NEAR_BINS + 1; best == NIL && far && (b = bin_next(b)) < NBINS; b++) best = bin_first(b, off, need);
   if (best == NIL && !hk_secure) {
     /* the largest resident one below: bins from k down, heads only */
     for (unsigned b = k < NBINS ? k : NBINS - 1; b-- > 0 && best == NIL;)
