@@ -273,4 +273,20 @@ static HKT_UNUSED size_t hkt_resident_pages(uintptr_t lo, uintptr_t hi) {
   return count;
 }
 
+/* Read fd (a forked child's stderr) to its end or until buf is full, close
+ * it, and terminate buf; the length read. */
+static inline size_t hkt_read_all(int fd, char *buf, size_t cap) {
+  size_t len = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf + len, cap - 1 - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    len += (size_t)n;
+    if (len >= cap - 1) break;
+  }
+  buf[len] = 0;
+  close(fd);
+  return len;
+}
+
 #endif /* HAKMEM_TESTS_API_H */

@@ -485,16 +485,7 @@ static int run_case(const mcase *c) {
   }
   close(errp[1]);
   char buf[8192];
-  size_t len = 0;
-  for (;;) {
-    ssize_t n = read(errp[0], buf + len, sizeof buf - 1 - len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    len += (size_t)n;
-    if (len >= sizeof buf - 1) break;
-  }
-  buf[len] = 0;
-  close(errp[0]);
+  size_t len = hkt_read_all(errp[0], buf, sizeof buf);
   int st;
   CHECK(waitpid(pid, &st, 0) == pid, "waitpid: %s", strerror(errno));
   /* strip a trailing newline for printing */
