@@ -2,6 +2,7 @@
  * and every kind of invalid pointer, each reported with a hakmem message. */
 #include "internal.h"
 #include "fastpath.h"
+#include "secure.h"
 
 #include <errno.h>
 
@@ -58,7 +59,10 @@ size_t hk_block_size(const void *p, const char *who) {
   hk_page *page = hk_page_of(r, p);
   if (!hk_is_carved_block(page, a))
     hk_fatal_in(who, "pointer that is not a block", p);
-  if (hk_secure) return hk_secure_size(page, (hk_block *)p);
+  if (hk_secure) {
+    if (!hk_secure_live(page, (hk_block *)p)) hk_fatal_in(who, "pointer to a freed block", p);
+    return hk_secure_size_of(page, (hk_block *)p);
+  }
   /* a padded class's pad is not the program's (sizeclass.c) */
   return page->block_size == hk_class_block[page->cls] ? hk_class_size[page->cls] : page->block_size;
 }

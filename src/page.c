@@ -7,6 +7,7 @@
  * time, or one block where blocks are larger, so a page only commits the
  * memory it has handed out. */
 #include "internal.h"
+#include "secure.h"
 
 #include <string.h>
 
@@ -53,6 +54,7 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->used = (uint32_t)HK_USED_NORMAL;
   page->capacity = 0;
   hk_store_relaxed(&page->remote, HK_PAGE_NORMAL);
+  if (hk_secure) hk_secure_clear_span(page);
   /* the bound grows as blocks are carved (hk_page_extend): free() of a
    * block that was never handed out fails the fast path's test */
   hk_page_clear_carved(page);
@@ -122,7 +124,9 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state) {
   uint32_t count = (uint32_t)(old >> HK_REMOTE_COUNT_SHIFT);
   if (list == NULL) return 0;
   if (HK_UNLIKELY(count > hk_page_used(page) || count == 0)) hk_fatal("free list corrupted (double free or heap overflow)", list);
-  if (!hk_list_end(page->free)) {
+  if (hk_secure) {
+    hk_link_set(hk_secure_collect(page, list, count), page->free, key);
+  } else if (!hk_list_end(page->free)) {
     /* append the owner's list after the stack's last block */
     hk_block *tail = list;
     for (uint32_t i = 1; i < count; i++) {

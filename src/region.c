@@ -223,6 +223,14 @@ static hk_region_info *region_new(region_list *l) {
     hk_os_unmap(r, HK_REGION_SIZE);
     r = NULL;
   }
+  /* hardened mode's block map (secure.h), apart from the region: no write
+   * through a pointer into the region reaches it */
+  void *block_map = r != NULL && hk_secure ? hk_os_map_aligned(HK_BLOCK_MAP_BYTES, HK_OS_PAGE) : NULL;
+  if (r != NULL && hk_secure && block_map == NULL) {
+    if (r == slot) hk_os_decommit(r, HK_REGION_SIZE);
+    else hk_os_unmap(r, HK_REGION_SIZE);
+    r = NULL;
+  }
   if (r == NULL || (slot != NULL && r != slot)) { /* the slot, and the record if nothing was mapped, go back */
     if (slot != NULL) hk_arena_give(slot);
     if (r == NULL) {
@@ -235,6 +243,7 @@ static hk_region_info *region_new(region_list *l) {
   r->magic = HK_MAGIC_REGION;
   r->kind = HK_KIND_SMALL;
   r->info = info;
+  r->block_map = block_map;
   /* (all but `list`, which same_at() reads without this list's lock) */
   memset((char *)info + sizeof info->list, 0, sizeof *info - sizeof info->list);
   __atomic_store_n(&info->list, l, __ATOMIC_RELAXED);
@@ -254,6 +263,7 @@ static void region_delete(hk_region_info *info) {
   list_unlink(info);
   hk_region_unregister(r);
   hk_arena_table_set(r, 0, HK_SLABS, NULL);
+  if (r->block_map != NULL) hk_os_unmap((void *)r->block_map, HK_BLOCK_MAP_BYTES);
   r = (hk_region *)hk_region_base(r);
   bool arena = hk_arena_contains(r);
   if (arena) hk_os_decommit(r, HK_REGION_SIZE);

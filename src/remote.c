@@ -45,6 +45,7 @@
  * heap's list key. */
 #include "internal.h"
 #include "fastpath.h"
+#include "secure.h"
 
 #include <sched.h>
 
@@ -246,20 +247,35 @@ HK_INLINE bool owner_idle(const hk_heap *self, const hk_heap *owner) {
          hk_load_relaxed(&self->active_ms);
 }
 
-/* Hardened mode sends every free here (pages store their owner tagged, so
- * the fast path's owner test never matches): full checks, no cache. */
-static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
-  hk_heap *owner = hk_load_acquire(&page->heap);
-  bool mine = self != &hk_heap_empty && owner == hk_owner_tag(self);
-  if (hk_looks_free(page, b) && (!mine || hk_page_contains_free(page, b)))
-    hk_fatal(mine ? "double free detected" : "double free detected (block freed again by another thread)", b);
-  hk_secure_check_free(page, b);
+/* A hardened free but the common one: another thread's block, or zero
+ * mode. */
+static HK_NOINLINE void secure_free_other(hk_block *b, hk_page *page, hk_heap *self, bool mine) {
+  if (mine) hk_secure_give(page, b);
+  else hk_secure_give_remote(page, b);
+  hk_secure_check(page, b);
+  if (hk_secure_zero) memset(b, 0, page->block_size);
   if (mine) {
-    hk_free_local_push(self, page, b);
+    if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
     return;
   }
   remote_push(page, b, b, 1);
   if (self != &hk_heap_empty) self->stats.remote_frees++;
+}
+
+/* Hardened mode sends every free here (pages store their owner tagged, so
+ * the fast path's owner test never matches): the block map's test of a
+ * double free (secure.h), the canary's and the trailer's, no cache.
+ * (hk_heap_empty owns no page, so its tag matches none.) Every call is a
+ * tail call, so that the common path saves no registers. */
+static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
+  bool mine = hk_load_acquire(&page->heap) == (hk_heap *)((uintptr_t)self | 1);
+  if (HK_UNLIKELY(!mine || hk_secure_zero)) {
+    secure_free_other(b, page, self, mine);
+    return;
+  }
+  hk_secure_give(page, b);
+  hk_secure_check(page, b);
+  if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
 }
 
 /* Keep b, a block of owner's, in self's cache of class cls (there is
@@ -282,10 +298,6 @@ HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_b
  * Out of line, so that the common path below saves and restores no
  * registers. */
 static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *self, hk_heap *owner) {
-  if (hk_secure) { /* (every class's room is 0 then: init.c) */
-    secure_free(b, page, self);
-    return;
-  }
   unsigned cls = page->cls;
   if (owner == self) { /* cache mode, and the class has no cache */
     if (hk_class_cache_max[cls] == 0) {
@@ -342,7 +354,8 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
    * owner that is this thread is neither NULL nor idle. */
   if (HK_UNLIKELY(self->cache_room[cls] == 0 || self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES ||
                   owner == NULL || owner_idle(self, owner))) {
-    free_remote_other(b, page, self, owner);
+    if (hk_secure) secure_free(b, page, self); /* (every class's room is 0 then: init.c) */
+    else free_remote_other(b, page, self, owner);
     return;
   }
   cache_keep(self, (unsigned)cls, page, b, owner);

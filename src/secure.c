@@ -1,92 +1,81 @@
-/* Hardened mode (HAKMEM_SECURE=1, or 2 for zero-on-free): checks that cost
- * too much to run on every allocation by default. All of it runs in slow
- * paths; see the note at hk_secure in internal.h for how the fast paths are
- * bypassed without a test.
- *
- * Block layout in hardened mode (small and medium blocks):
- *   [ user data: size bytes ][ canary: up to 32 bytes ][ unused ][ trailer: size ^ key ^ address ]
- * The class is chosen for size + HK_SECURE_EXTRA, so at least one canary
- * byte follows the data: a one-byte overflow is caught when the block is
- * freed. Large blocks get guard pages instead (large.c). */
+/* Hardened mode (HAKMEM_SECURE=1, or 2 for zero-on-free): the checks that
+ * the default mode does without. Its blocks carry a canary and a size
+ * trailer (secure.h); large blocks get guard pages instead (large.c).
+ * The default fast paths do not serve hardened mode, without a test of
+ * their own: its heaps stay in cache mode (free_owner), which sends malloc
+ * to hk_malloc_cached and on to hk_secure_malloc, and its pages' owners are
+ * tagged (hk_owner_tag), which sends free to the cache's path and on to
+ * secure_free (remote.c). Its classes' direct pages are the empty page
+ * and its caches hold nothing, so any other way in ends there too. */
 #include "internal.h"
+#include "secure.h"
 
 #include <string.h>
 
-
-static uint8_t canary_byte(const hk_page *page, const hk_block *b) {
-  return (uint8_t)((((uintptr_t)b ^ page->key) >> 17) | 1);
+/* Zero mode: free zeroed the block but its link word, which malloc just
+ * cleared; anything else written since is a write after free. */
+static HK_NOINLINE void check_zeroed(hk_page *page, hk_block *b) {
+  const char *p = (const char *)b;
+  for (uint32_t i = 8; i < page->block_size; i++)
+    if (p[i] != 0) hk_fatal("write after free detected (a freed block was modified)", p + i);
 }
-
-static uintptr_t trailer_code(const hk_page *page, const hk_block *b) { return page->key ^ (uintptr_t)b ^ 0x5bd1e995u; }
 
 void hk_secure_on_alloc(hk_page *page, hk_block *b, size_t size) {
-  char *p = (char *)b;
-  uint32_t bs = page->block_size;
-  if (hk_secure_zero) {
-    /* free zeroed everything but the link word, which malloc just cleared */
-    for (uint32_t i = 8; i < bs; i++)
-      if (p[i] != 0) hk_fatal("write after free detected (a freed block was modified)", p + i);
+  hk_secure_take(page, b);
+  if (hk_secure_zero) check_zeroed(page, b);
+  hk_secure_mark(page, b, size);
+}
+
+/* Hardened malloc: the head of the class's current page's list, checked
+ * as hk_heap_alloc checks it; the slow path for everything else (no
+ * current page or no heap yet, the list ended, blocks stashed, a large
+ * request, zero mode's check). */
+void *hk_secure_malloc(size_t size, hk_heap *h) {
+  if (HK_UNLIKELY(size > HK_MEDIUM_MAX - HK_SECURE_EXTRA || hk_secure_zero)) return hk_malloc_slow(size, h);
+  hk_page *page = h->queues[hk_size_class(size + HK_SECURE_EXTRA)].first;
+  if (HK_UNLIKELY(page == NULL || !hk_list_head_ok(page, page->free))) return hk_malloc_slow(size, h);
+  hk_block *b = hk_page_pop(page);
+  hk_secure_take(page, b);
+  hk_secure_mark(page, b, size);
+  return b;
+}
+
+/* A page set up for a class: none of its span's blocks is live or freed. */
+void hk_secure_clear_span(const hk_page *page) {
+  size_t first = (hk_page_span_start(page) & HK_REGION_MASK) >> 10, words = hk_page_span_bytes(page) >> 10;
+  _Atomic uint64_t *map = hk_page_region(page)->block_map;
+  for (size_t i = first; i < first + words; i++) {
+    hk_store_relaxed(&map[i], 0);
+    hk_store_relaxed(&map[HK_BLOCK_MAP_WORDS + i], 0);
   }
-  hk_secure_set_size(page, b, size);
 }
 
-/* Bytes of canary written and checked after the data: enough to catch an
- * overflow by a few bytes; the rest of a block's slack is not checked, so
- * a 72 KiB block holding 64 KiB costs no 8 KiB scan. */
-#define CANARY_MAX 32
-
-static size_t canary_len(uint32_t bs, size_t size) {
-  size_t room = bs - 8 - size;
-  return room < CANARY_MAX ? room : CANARY_MAX;
-}
-
-/* Canary after `size` bytes, trailer with the size (also for realloc in place). */
-void hk_secure_set_size(hk_page *page, hk_block *b, size_t size) {
-  char *p = (char *)b;
-  uint32_t bs = page->block_size;
-  size_t len = canary_len(bs, size);
-  uint64_t word = 0x0101010101010101ull * canary_byte(page, b);
-  /* the canary is one byte repeated, so any 8-byte window of it is `word`:
-   * whole words, the last one overlapping the one before */
-  if (len >= 8) {
-    for (size_t i = 0; i + 8 < len; i += 8) memcpy(p + size + i, &word, 8);
-    memcpy(p + size + len - 8, &word, 8);
-  } else {
-    memset(p + size, (int)(word & 0xff), len);
+/* The owner took the page's remote stack, `list`, of `count` blocks: each
+ * link must lead to a carved block of the page that another thread freed
+ * once, and the stack must end after `count` blocks. They are free blocks
+ * of the owner's from now on. Returns the stack's last block. */
+hk_block *hk_secure_collect(hk_page *page, hk_block *list, uint32_t count) {
+  hk_block *b = list, *last = list;
+  for (uint32_t i = 0; i < count; i++) {
+    if (HK_UNLIKELY(!hk_list_head_ok(page, b)))
+      hk_fatal("free list corrupted (a block freed by another thread was written: a use after free, or an overflow)", b);
+    hk_block_bit m = hk_block_bit_of(page, b);
+    uint64_t live = hk_load_relaxed(m.live);
+    if (HK_UNLIKELY((live & hk_load_relaxed(m.remote) & m.bit) == 0))
+      hk_fatal("free list corrupted (a block freed by another thread is not in use: a double free)", b);
+    hk_store_relaxed(m.live, live & ~m.bit);
+    atomic_fetch_and_explicit(m.remote, ~m.bit, memory_order_relaxed);
+    last = b;
+    b = hk_link_next(b, page->key);
   }
-  uintptr_t t = (uintptr_t)size ^ trailer_code(page, b);
-  memcpy(p + bs - 8, &t, sizeof t);
+  if (HK_UNLIKELY(!hk_list_end(b)))
+    hk_fatal("free list corrupted (a block freed by another thread was written: a use after free, or an overflow)", last);
+  return last;
 }
 
-/* The requested size recorded in the trailer. */
-size_t hk_secure_size(hk_page *page, hk_block *b) {
-  uintptr_t t;
-  uint32_t bs = page->block_size;
-  memcpy(&t, (char *)b + bs - 8, sizeof t);
-  size_t size = t ^ trailer_code(page, b);
-  if (size > bs - HK_SECURE_EXTRA) hk_fatal("heap buffer overflow detected (block trailer overwritten)", b);
-  return size;
-}
+void hk_secure_set_size(hk_page *page, hk_block *b, size_t size) { hk_secure_mark(page, b, size); }
 
-void hk_secure_check_free(hk_page *page, hk_block *b) {
-  size_t size = hk_secure_size(page, b);
-  const unsigned char *p = (const unsigned char *)b + size;
-  size_t len = canary_len(page->block_size, size);
-  uint64_t word = 0x0101010101010101ull * canary_byte(page, b), w;
-  bool bad = false;
-  if (len >= 8) { /* whole words, the last one overlapping (see hk_secure_set_size) */
-    for (size_t i = 0; i + 8 < len; i += 8) {
-      memcpy(&w, p + i, 8);
-      bad |= w != word;
-    }
-    memcpy(&w, p + len - 8, 8);
-    bad |= w != word;
-  } else {
-    for (size_t i = 0; i < len; i++) bad |= p[i] != (unsigned char)word;
-  }
-  if (bad) hk_fatal("heap buffer overflow detected (canary after the block overwritten)", p);
-  if (hk_secure_zero) memset(b, 0, page->block_size);
-}
+size_t hk_secure_size(hk_page *page, hk_block *b) { return hk_secure_size_of(page, b); }
 
 /* Carve n blocks in a random order: a random start and a random stride
  * coprime with n visit every block once. In zero mode the blocks are zeroed
@@ -109,7 +98,8 @@ void hk_secure_shuffle_extend(hk_page *page, uint32_t n) {
   hk_block *first = (hk_block *)(base + (size_t)start * bs), *prev = first;
   uint32_t idx = start;
   for (uint32_t i = 1; i < n; i++) {
-    idx = (uint32_t)(((uint64_t)idx + stride) % n);
+    idx += stride; /* (mod n: both are below n) */
+    if (idx >= n) idx -= n;
     hk_block *cur = (hk_block *)(base + (size_t)idx * bs);
     hk_link_set(prev, cur, page->key);
     prev = cur;

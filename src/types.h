@@ -236,12 +236,14 @@ typedef struct hk_region {
       size_t cached_resident;    /* in the cache: data bytes still committed (0 once purged) */
       size_t block_end;          /* live: the block's usable bytes end at base + block_end; a
                                     mapping reused whole keeps its tail beyond for a larger block */
+      _Atomic uint64_t *block_map; /* hardened mode, small regions: the block map (secure.h),
+                                    mapped apart */
     };
   };
 } hk_region;
 
 _Static_assert(sizeof(hk_page) <= HK_LARGE_HEADER, "a large block's header (slot 0) must fit in its 4 KiB");
-_Static_assert(offsetof(hk_region, block_end) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
+_Static_assert(offsetof(hk_region, block_map) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
 
 /* ---- the arena, its page table and the ownership map (arena.c) ---- */
 #define HK_ARENA_SLABS ((uintptr_t)1 << 20)        /* slabs in the arena: 64 GiB */
@@ -278,7 +280,8 @@ typedef struct hk_heap {
   struct hk_heap *free_owner;     /* what free's fast path finds in page->heap for a block to
                                      take its page's list: this heap, or in cache mode
                                      HK_NO_OWNER(this heap), which no page holds (remote.c);
-                                     malloc's first test: is it this heap? */
+                                     malloc's first test: is it this heap? Always
+                                     HK_NO_OWNER(this heap) in hardened mode (secure.c) */
   hk_page *by_size[HK_LUT_SLOTS]; /* = direct[hk_class_lut[(size + 7) >> 3]]: malloc's
                                      first load for sizes up to 1 KiB, without the table */
   hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
@@ -346,7 +349,9 @@ typedef struct hk_heap {
 #define HK_NO_OWNER(h) ((hk_heap *)((char *)(h) + 2)) /* (= h | 2; a constant for hk_heap_empty) */
 
 /* hardened mode (secure.c) */
-#define HK_SECURE_EXTRA 9         /* trailer word + at least one canary byte */
+#define HK_SECURE_EXTRA 16        /* the canary and the trailer word (secure.h) */
+#define HK_BLOCK_MAP_WORDS (HK_REGION_SIZE / 16 / 64) /* one bit per 16 bytes of a region */
+#define HK_BLOCK_MAP_BYTES (2 * HK_BLOCK_MAP_WORDS * 8) /* two maps (secure.h) */
 #define HK_GUARD 4096             /* a PROT_NONE page */
 
 /* ---- options (options.c) ---- */

@@ -1,0 +1,129 @@
+/* Hardened mode's block layout (HAKMEM_SECURE >= 1), inline for its malloc
+ * and free paths (secure.c, remote.c).
+ *
+ * A small or medium block in hardened mode:
+ *   [ user data: size bytes ][ canary: 8 bytes ][ unused ][ trailer: size ^ code ]
+ * The class is chosen for size + HK_SECURE_EXTRA, so the whole canary and
+ * the trailer always fit. The canary is a per-block secret (the page key
+ * and the block's address, mixed) whose first byte is zero: a string
+ * function reading past the data stops at it, so it neither leaks the
+ * secret nor copies it, and an overflow that writes anything but that one
+ * zero byte changes it. free and realloc check it; malloc writes it. */
+#ifndef HK_SECURE_H
+#define HK_SECURE_H
+
+#include "internal.h"
+
+#include <string.h>
+
+HK_INLINE uintptr_t hk_secure_mix(const hk_page *page, const hk_block *b) {
+  return ((uintptr_t)b ^ page->key) * (uintptr_t)0x9e3779b97f4a7c15ull;
+}
+
+/* The canary's 8 bytes as one word, the byte at the lowest address zero */
+HK_INLINE uint64_t hk_secure_canary(const hk_page *page, const hk_block *b) {
+  uint64_t w = (uint64_t)hk_secure_mix(page, b) & ~(uint64_t)0xff; /* (little-endian: the first byte) */
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  w = __builtin_bswap64(w);
+#endif
+  return w;
+}
+
+/* The trailer's code: the size is stored XOR-ed with it, so a trailer
+ * overwritten with anything the program could pick decodes to an
+ * impossible size with odds of about 1 - bs / 2^64. */
+HK_INLINE uintptr_t hk_secure_trailer_code(const hk_page *page, const hk_block *b) {
+  return hk_secure_mix(page, b) ^ page->key ^ 0x5bd1e995u;
+}
+
+/* Canary after `size` bytes and the trailer (on malloc, and on a realloc
+ * in place before the data grows or shrinks across the old canary). */
+HK_INLINE void hk_secure_mark(hk_page *page, hk_block *b, size_t size) {
+  uint64_t canary = hk_secure_canary(page, b);
+  uintptr_t trailer = (uintptr_t)size ^ hk_secure_trailer_code(page, b);
+  memcpy((char *)b + size, &canary, sizeof canary);
+  memcpy((char *)b + page->block_size - sizeof trailer, &trailer, sizeof trailer);
+}
+
+/* The requested size a live block's trailer records; aborts if the trailer
+ * was overwritten. */
+HK_INLINE size_t hk_secure_size_of(const hk_page *page, const hk_block *b) {
+  uintptr_t t;
+  memcpy(&t, (const char *)b + page->block_size - sizeof t, sizeof t);
+  size_t size = t ^ hk_secure_trailer_code(page, b);
+  if (HK_UNLIKELY(size > page->block_size - HK_SECURE_EXTRA))
+    hk_fatal("heap buffer overflow detected (block trailer overwritten)", b);
+  return size;
+}
+
+/* The trailer and the canary of a block about to be freed are intact. */
+HK_INLINE void hk_secure_check(const hk_page *page, const hk_block *b) {
+  size_t size = hk_secure_size_of(page, b);
+  uint64_t w;
+  memcpy(&w, (const char *)b + size, sizeof w);
+  if (HK_UNLIKELY(w != hk_secure_canary(page, b)))
+    hk_fatal("heap buffer overflow detected (canary after the block overwritten)", (const char *)b + size);
+}
+
+/* ---- the block map ----
+ * Two bitmaps per small region, mapped apart from it (region.c), with a
+ * bit per 16 bytes: a block's bit is that of its first 16 bytes. What a
+ * program writes through a pointer into the region never reaches them, so
+ * a double free is found whatever was written into the freed block.
+ *   live:    set while the block is handed out. Written by the page's owner
+ *            only (malloc sets, free and the collection of remote frees
+ *            clear), plainly; read by any thread.
+ *   remote:  set by another thread's free until the owner collects the
+ *            block (hk_secure_collect), with an atomic OR, so that of two
+ *            threads freeing one block at once, one sees the other's bit.
+ * A page's bits are cleared when it is set up (hk_page_init): blocks of
+ * an earlier class there may have started elsewhere. */
+typedef struct hk_block_bit {
+  _Atomic uint64_t *live, *remote; /* the block's words in the two maps */
+  uint64_t bit;
+} hk_block_bit;
+
+HK_INLINE hk_block_bit hk_block_bit_of(const hk_page *page, const hk_block *b) {
+  /* (the word's byte offset, b's region offset / 1024 * 8, in a shift and a mask) */
+  uintptr_t off = ((uintptr_t)b >> 7) & ((HK_BLOCK_MAP_WORDS - 1) * 8);
+  char *map = (char *)hk_page_region(page)->block_map + off;
+  return (hk_block_bit){(_Atomic uint64_t *)map, (_Atomic uint64_t *)(map + HK_BLOCK_MAP_WORDS * 8),
+                        (uint64_t)1 << (((uintptr_t)b >> 4) & 63)};
+}
+
+HK_INLINE bool hk_secure_live(const hk_page *page, const hk_block *b) {
+  hk_block_bit m = hk_block_bit_of(page, b);
+  return (hk_load_relaxed(m.live) & m.bit) != 0;
+}
+
+/* The owner hands b out: it must be neither live nor freed by another
+ * thread (else a list led to it wrongly: a link was overwritten, or the
+ * block was freed twice). */
+HK_INLINE void hk_secure_take(const hk_page *page, const hk_block *b) {
+  hk_block_bit m = hk_block_bit_of(page, b);
+  uint64_t live = hk_load_relaxed(m.live);
+  if (HK_UNLIKELY(((live | hk_load_relaxed(m.remote)) & m.bit) != 0))
+    hk_fatal("free list corrupted (it leads to a block in use: a double free, or a write after free)", b);
+  hk_store_relaxed(m.live, live | m.bit);
+}
+
+/* The owner frees b: it must be live and not freed by another thread. */
+HK_INLINE void hk_secure_give(const hk_page *page, const hk_block *b) {
+  hk_block_bit m = hk_block_bit_of(page, b);
+  uint64_t live = hk_load_relaxed(m.live);
+  if (HK_UNLIKELY((live & m.bit) == 0)) hk_fatal("double free detected", b);
+  if (HK_UNLIKELY((hk_load_relaxed(m.remote) & m.bit) != 0))
+    hk_fatal("double free detected (block freed by another thread too)", b);
+  hk_store_relaxed(m.live, live & ~m.bit);
+}
+
+/* Another thread frees b (any thread but the owner: the page may have
+ * none). */
+HK_INLINE void hk_secure_give_remote(const hk_page *page, const hk_block *b) {
+  hk_block_bit m = hk_block_bit_of(page, b);
+  uint64_t before = atomic_fetch_or_explicit(m.remote, m.bit, memory_order_acq_rel);
+  if (HK_UNLIKELY((before & m.bit) != 0 || (hk_load_acquire(m.live) & m.bit) == 0))
+    hk_fatal("double free detected (block freed again by another thread)", b);
+}
+
+#endif /* HK_SECURE_H */
