@@ -26,6 +26,8 @@ size_t hk_color_offset(void) {
 int hk_page_reclaimed(hk_page *page) {
   if (hk_page_state(page) != HK_PAGE_RECLAIMED) return HK_PAGE_KEPT;
   if (hk_load_acquire(&page->reclaiming)) return HK_PAGE_BUSY;
+  /* (the blocks its last freers left on its stack are still marked) */
+  if (hk_secure) hk_secure_clear_span(page);
   hk_page_init(page, page->cls);
   return HK_PAGE_WAS_RECLAIMED;
 }
@@ -54,7 +56,9 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->used = (uint32_t)HK_USED_NORMAL;
   page->capacity = 0;
   hk_store_relaxed(&page->remote, HK_PAGE_NORMAL);
-  if (hk_secure) hk_secure_clear_span(page);
+#ifdef HAKMEM_DEBUG
+  if (hk_secure) hk_secure_assert_clear(page);
+#endif
   /* the bound grows as blocks are carved (hk_page_extend): free() of a
    * block that was never handed out fails the fast path's test */
   hk_page_clear_carved(page);

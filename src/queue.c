@@ -28,8 +28,7 @@ void hk_heap_full_remove(hk_heap *h, hk_page *p) {
 }
 
 /* The current page is the first of the class queue; direct[] exposes it to
- * the malloc fast path. In hardened mode direct[] stays empty so every
- * malloc takes the slow path, where the checks are. */
+ * the malloc fast path (hardened mode's malloc does not look: secure.c). */
 void hk_heap_set_direct(hk_heap *h, unsigned cls, hk_page *page) {
   hk_assert(page == &hk_page_empty || page == h->queues[cls].first);
   /* a held page (hk_heap_page_emptied) stops being one; the old page is not
@@ -61,7 +60,7 @@ static void unhold(hk_heap *h, hk_page *page) {
 
 void hk_heap_set_current(hk_heap *h, unsigned cls) {
   hk_page *first = h->queues[cls].first;
-  hk_heap_set_direct(h, cls, first && !hk_secure ? first : &hk_page_empty);
+  hk_heap_set_direct(h, cls, first ? first : &hk_page_empty);
 }
 
 void hk_heap_release_page(hk_heap *h, hk_page *page) {
@@ -75,7 +74,7 @@ static void retire_page(hk_heap *h, hk_page *page) {
   unhold(h, page);
   if (hk_spare_put(h, page)) return;
   /* (realloc's moves and pages with lent slabs are never spares) */
-  if (page->block_size >= HK_SLAB_SIZE && !hk_secure && !h->moving && !page->lent)
+  if (page->block_size >= HK_SLAB_SIZE && !h->moving && !page->lent)
     h->spare_refused[page->cls / 64] |= (uint64_t)1 << (page->cls % 64);
   hk_heap_release_page(h, page);
 }
@@ -204,7 +203,7 @@ static void pass_review(hk_heap *h) {
 static bool stash_put(hk_heap *h, hk_page *page) {
   uint32_t bs = page->block_size;
   /* (the current page stays current instead, held, and serves the fast
-   * path: page_emptied) */
+   * path: page_emptied; hardened mode's malloc does not look here) */
   if (page->reserved != 1 || hk_secure || h->moving || page == h->queues[page->cls].first ||
       !held_fits(h, bs))
     return false;
@@ -269,8 +268,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
    * page search and a new span every few operations. Not held: a page
    * emptied by realloc moving its block to another class (the buffer is
    * growing past it: holding every class's page on the way only raises the
-   * peak), nor in hardened mode, whose direct[] does not track the current
-   * page. */
+   * peak). */
   hk_page *cur = h->queues[cls].first;
   if (hk_page_used(page) == 0 && page != cur) {
     if (page->held) return; /* (cannot happen: nothing was taken from it) */
@@ -281,7 +279,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
       hk_list_remove(&h->queues[cls], page);
       uncurrent(cur);
       hk_list_push_front(&h->queues[cls], page);
-    } else if (page->nslabs > 1 && !hk_secure && !h->moving && held_fits(h, carved)) {
+    } else if (page->nslabs > 1 && !h->moving && held_fits(h, carved)) {
       page->held = 1; /* stays queued: find_page takes it before a new span */
       page->idle_ms = carved;
       h->held_bytes += carved;
@@ -295,7 +293,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
   } else if (hk_page_used(page) == 0 && page->nslabs > 1 && h->held[cls] == 0) {
     /* the current page itself emptied: held (until hk_heap_set_direct replaces it) */
     uint32_t carved = page->capacity * page->block_size;
-    if (!hk_secure && !h->moving && held_fits(h, carved)) {
+    if (!h->moving && held_fits(h, carved)) {
       h->held[cls] = carved;
       h->held_bytes += carved;
       /* as a single-slab current page: it stays when it empties again

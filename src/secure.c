@@ -40,7 +40,11 @@ void *hk_secure_malloc(size_t size, hk_heap *h) {
   return b;
 }
 
-/* A page set up for a class: none of its span's blocks is live or freed. */
+/* A page's span goes back to being unused with every bit of its blocks
+ * clear: its blocks all came back through free or hk_secure_collect, which
+ * clear them. The one exception is a page given back by the thread that
+ * freed its last block (remote.c, try_reclaim), whose remote stack was
+ * never collected: its owner clears it here before it sets it up again. */
 void hk_secure_clear_span(const hk_page *page) {
   size_t first = (hk_page_span_start(page) & HK_REGION_MASK) >> 10, words = hk_page_span_bytes(page) >> 10;
   _Atomic uint64_t *map = hk_page_region(page)->block_map;
@@ -49,6 +53,15 @@ void hk_secure_clear_span(const hk_page *page) {
     hk_store_relaxed(&map[HK_BLOCK_MAP_WORDS + i], 0);
   }
 }
+
+#ifdef HAKMEM_DEBUG
+void hk_secure_assert_clear(const hk_page *page) {
+  size_t first = (hk_page_span_start(page) & HK_REGION_MASK) >> 10, words = hk_page_span_bytes(page) >> 10;
+  _Atomic uint64_t *map = hk_page_region(page)->block_map;
+  for (size_t i = first; i < first + words; i++)
+    hk_assert(hk_load_relaxed(&map[i]) == 0 && hk_load_relaxed(&map[HK_BLOCK_MAP_WORDS + i]) == 0);
+}
+#endif
 
 /* The owner took the page's remote stack, `list`, of `count` blocks: each
  * link must lead to a carved block of the page that another thread freed

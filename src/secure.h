@@ -76,8 +76,9 @@ HK_INLINE void hk_secure_check(const hk_page *page, const hk_block *b) {
  *   remote:  set by another thread's free until the owner collects the
  *            block (hk_secure_collect), with an atomic OR, so that of two
  *            threads freeing one block at once, one sees the other's bit.
- * A page's bits are cleared when it is set up (hk_page_init): blocks of
- * an earlier class there may have started elsewhere. */
+ * A span's bits are all clear whenever no page uses it (see
+ * hk_secure_clear_span), so a page set up there, whatever its class,
+ * starts with none of its blocks live or freed. */
 typedef struct hk_block_bit {
   _Atomic uint64_t *live, *remote; /* the block's words in the two maps */
   uint64_t bit;

@@ -30,9 +30,6 @@ bool hk_spare_put(hk_heap *h, hk_page *page) {
   /* (a spare is re-initialised whole: not with lent slabs) */
   if (h->moving || page->lent) return false;
   uint32_t bytes = hk_page_span_bytes(page);
-  /* (hardened mode keeps no held pages nor stash, and these spares serve
-   * the same churn: not there either) */
-  if (page->block_size >= HK_SLAB_SIZE && hk_secure) return false;
   uint32_t limit = page->block_size < HK_SLAB_SIZE ? HK_SPARE_MAX : HK_SPARE_BYTES + h->spare_grown;
   pthread_mutex_lock(&h->spare_lock);
   if (h->spare_bytes + bytes > limit) {
