@@ -37,6 +37,7 @@ bool hk_os_commit(void *p, size_t size);
 void hk_os_decommit(void *p, size_t size);
 void hk_os_unmap(void *p, size_t size);
 void hk_os_guard(void *p, size_t size);                /* PROT_NONE */
+bool hk_os_unguard(void *p, size_t size);              /* back to read-write, contents kept */
 void hk_os_purge(void *p, size_t size);               /* MADV_DONTNEED */
 void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align); /* NULL on failure */
 void *hk_os_remap_headed(void *p, size_t old_size, size_t new_size, size_t align, size_t head, size_t header);

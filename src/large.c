@@ -276,17 +276,41 @@ bool hk_large_trim(bool force) {
 
 /* The guard page after the header's page, in every mode; hardened mode
  * puts it right before the data instead (the same place unless the block
- * is aligned to more than a page) and adds one at the end of the mapping.
- * Hardened blocks are not moved by mremap (that would misplace the guards);
- * a cached one is reused only for the same data offset, so its guards are
- * where they belong. Others move with hk_os_remap_headed, which keeps
- * header, guard and data in place relative to each other. */
+ * is aligned to more than a page) and adds one at the end of the mapping,
+ * and, when a block leaves room after it in a reused mapping, one right
+ * after the block (at block_end: move_tail_guard). A cached hardened
+ * mapping is reused only for the same data offset, so the guard before the
+ * data stays where it belongs. Blocks move with hk_os_remap_headed, which
+ * keeps header, guard and data in place relative to each other. */
 static size_t guard_tail(void) { return hk_secure ? HK_GUARD : 0; }
 
 static void place_guards(hk_region *r) {
   if (!hk_secure) return;
   hk_os_guard((char *)r + r->user_offset - HK_GUARD, HK_GUARD);
   hk_os_guard((char *)r + r->map_size - HK_GUARD, HK_GUARD);
+  r->block_end = r->map_size - HK_GUARD;
+}
+
+/* Hardened mode, before a mapping grows: its data to its end made one
+ * mapping again, as mremap needs (false if a guard could not be lifted). */
+static bool lift_tail_guards(hk_region *r) {
+  size_t last = r->map_size - HK_GUARD;
+  if (r->block_end < last && !hk_os_unguard((char *)r + r->block_end, HK_GUARD)) return false;
+  r->block_end = last;
+  return hk_os_unguard((char *)r + last, HK_GUARD);
+}
+
+/* Hardened mode: a guard page at `end` (page-aligned), right after the
+ * block that r serves now, instead of at its last block's end. The guard at
+ * the mapping's end stays. The pages keep their contents either way (no
+ * page faults on reuse). False if the old guard could not be lifted. */
+static bool move_tail_guard(hk_region *r, size_t end) {
+  size_t old = r->block_end, last = r->map_size - HK_GUARD;
+  if (old == end) return true;
+  if (old < last && !hk_os_unguard((char *)r + old, HK_GUARD)) return false;
+  if (end < last) hk_os_guard((char *)r + end, HK_GUARD);
+  r->block_end = end;
+  return true;
 }
 
 /* Default mode: the guard page after the header's, or none (under a limit
@@ -300,7 +324,7 @@ static void set_head_guard(hk_region *r, bool on) {
 
 /* A mapping grown or moved, its header (and guard) with it. */
 static hk_region *remap_large(hk_region *r, size_t old, size_t want) {
-  if (!r->large_guarded) return hk_os_remap(r, old, want, HK_REGION_SIZE);
+  if (!r->large_guarded && !hk_secure) return hk_os_remap(r, old, want, HK_REGION_SIZE);
   return hk_os_remap_headed(r, old, want, HK_REGION_SIZE, LARGE_HEAD, HK_LARGE_HEADER);
 }
 
@@ -358,8 +382,9 @@ static unsigned bin_next(unsigned k) {
  * the smallest that holds it; else the largest resident one, grown with
  * mremap (its pages move with it; only the growth is new). Hardened mode:
  * only one with the same data offset (under a limit on mapped bytes, of the
- * near bins), never grown or trimmed. `want` is
- * need rounded to its bin (bin_round), what a trim or growth leaves. */
+ * near bins); its guards are lifted for a growth, and put back at the new
+ * end. `want` is need rounded to its bin (bin_round), what a trim or growth
+ * leaves. */
 static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) {
   hk_region *r = NULL;
   bool grow = false, trim = false;
@@ -378,16 +403,20 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
    * would hold a small block's address space many times over) */
   bool far = !hk_secure || !hk_load_relaxed(&hk_space_tight);
   for (unsigned b = k + NEAR_BINS + 1; best == NIL && far && (b = bin_next(b)) < NBINS; b++) best = bin_first(b, off, need);
-  if (best == NIL && !hk_secure) {
+  /* (hardened: only blocks at the usual offset, whose guard before the
+   * data is the one hk_os_remap_headed keeps) */
+  if (best == NIL && (!hk_secure || off == LARGE_HEAD)) {
     /* the largest resident one below: bins from k down, heads only */
-    for (unsigned b = k < NBINS ? k : NBINS - 1; b-- > 0 && best == NIL;)
-      if (bins[b].first != NIL && ent[bins[b].first].resident && ent[bins[b].first].map_size < need) best = bins[b].first;
+    for (unsigned b = k < NBINS ? k : NBINS - 1; b-- > 0 && best == NIL;) {
+      unsigned i = bins[b].first;
+      if (i != NIL && ent[i].resident && ent[i].map_size < need && (!hk_secure || ent[i].user_offset == off)) best = i;
+    }
     grow = best != NIL;
   }
   if (best != NIL) {
     r = cache_remove(best);
     bool tight = hk_load_relaxed(&hk_space_tight);
-    if (!grow && !hk_secure && r->map_size - want >= (tight ? HK_OS_PAGE : TRIM_MIN) && r->map_size > want) {
+    if (!grow && r->map_size - want >= (tight ? HK_OS_PAGE : TRIM_MIN) && r->map_size > want) {
       size_t held = hk_load_relaxed(&hk_stats.large_mapped_bytes) - cache.bytes +
                     cache.resident; /* live mappings, this one included, and resident cached ones */
       size_t budget = 2 * recent > CACHE_RESIDENT_MAX ? 2 * recent : CACHE_RESIDENT_MAX;
@@ -402,7 +431,7 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
   if (grow) {
     /* out of the ownership map while it moves (see hk_large_realloc) */
     hk_region_unregister(r);
-    hk_region *n = remap_large(r, old, want);
+    hk_region *n = !hk_secure || lift_tail_guards(r) ? remap_large(r, old, want) : NULL;
     size_t gone = old; /* (the bytes to unmap when it fails) */
     if (n != NULL && !hk_region_map_prepare(n)) { /* no leaf for its new place */
       r = n;
@@ -418,6 +447,10 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
     hk_region_register(n);
     hk_stat_add(large_remaps, 1);
     n->map_size = want;
+    if (hk_secure) { /* the guard at the new end */
+      hk_os_guard((char *)n + want - HK_GUARD, HK_GUARD);
+      n->block_end = want - HK_GUARD;
+    }
     hk_stat_peak(&hk_stats.large_peak_bytes,
                  hk_add_relaxed(&hk_stats.large_mapped_bytes, want - old) + want - old);
     return n;
@@ -425,6 +458,10 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
   if (trim && hk_os_shrink(r, old, want)) {
     hk_sub_relaxed(&hk_stats.large_mapped_bytes, old - want);
     r->map_size = want;
+    if (hk_secure) { /* the guard at the new end (the one after the last block may stay) */
+      hk_os_guard((char *)r + want - HK_GUARD, HK_GUARD);
+      if (r->block_end > want - HK_GUARD) r->block_end = want - HK_GUARD;
+    }
   }
   return r;
 }
@@ -473,6 +510,11 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
    * writes the same lines, which may still be cached */
   if (r != NULL && colored && r->user_offset >= LARGE_HEAD && r->user_offset <= span) off = r->user_offset;
   if (r != NULL) set_head_guard(r, guarded);
+  if (r != NULL && hk_secure && !move_tail_guard(r, need - HK_GUARD)) { /* (mapped afresh instead) */
+    hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size);
+    unmap_large(r);
+    r = NULL;
+  }
   if (r == NULL) {
     r = map_large(want, detach ? align : HK_REGION_SIZE);
     if (r == NULL) {
@@ -556,15 +598,42 @@ static void resize_asked(hk_region *r, size_t size) {
   r->user_size = size;
 }
 
+/* Hardened mode's hk_large_realloc: in place while the mapping holds the
+ * block and a guard after it, the guard moved to the block's new end when
+ * it grows past it (a shrink leaves it: no system call); else grown with
+ * mremap to just that, the guards lifted and the end guard put back, as
+ * cache_take grows a mapping. */
+static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
+  size_t old = r->map_size;
+  if (need + HK_GUARD <= old) {
+    if (need > r->block_end && !move_tail_guard(r, need)) return NULL;
+    resize_asked(r, size);
+    return p;
+  }
+  if (r->user_offset != LARGE_HEAD) return NULL; /* (see cache_take) */
+  size_t want = need + HK_GUARD;
+  hk_region_unregister(r); /* (see hk_large_realloc) */
+  hk_region *n = lift_tail_guards(r) ? remap_large(r, old, want) : NULL;
+  hk_region_register(n != NULL ? n : r);
+  if (n == NULL) { /* still at r: its end guard back */
+    hk_os_guard((char *)r + old - HK_GUARD, HK_GUARD);
+    return NULL;
+  }
+  hk_os_guard((char *)n + want - HK_GUARD, HK_GUARD);
+  hk_stat_add(large_remaps, 1);
+  n->map_size = want;
+  n->block_end = want - HK_GUARD;
+  resize_asked(n, size);
+  hk_stat_peak(&hk_stats.large_peak_bytes,
+               hk_add_relaxed(&hk_stats.large_mapped_bytes, want - old) + want - old);
+  return (char *)n + n->user_offset;
+}
+
 /* Resize in place or move with mremap. NULL: the caller copies. */
 void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   if (size > HK_MAX_REQUEST) return NULL;
   size_t need = round_page(r->user_offset + size);
-  if (hk_secure) { /* guards stay where they are: in place if it fits, else copy */
-    if (need + HK_GUARD > r->map_size) return NULL;
-    resize_asked(r, size);
-    return p;
-  }
+  if (hk_secure) return secure_realloc(r, p, size, need);
   if (need <= r->map_size) {
     /* shrink: give back the tail when at least half the mapping is unused */
     if (need <= r->map_size / 2 && hk_os_shrink(r, r->map_size, need)) {

@@ -83,6 +83,8 @@ void hk_os_decommit(void *p, size_t size) {
 void hk_os_guard(void *p, size_t size) {
   if (mprotect(p, size, PROT_NONE) != 0) hk_warning("mprotect of a guard page failed");
 }
+/* A guard page usable again, its old contents kept (false: it stays a guard) */
+bool hk_os_unguard(void *p, size_t size) { return mprotect(p, size, PROT_READ | PROT_WRITE) == 0; }
 
 void hk_os_unmap(void *p, size_t size) {
   if (munmap(p, size) != 0) hk_warning("munmap failed");

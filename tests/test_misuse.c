@@ -306,6 +306,36 @@ static void overflow_large_guard(void) {
   p[hkt_opaque(n)] = 1;
   API(free)(p);
 }
+/* the same in a cached 8 MiB mapping reused for the 4 MiB block (the guard
+ * follows the block), then after realloc grew the block in it, and moved
+ * it to 24 MiB (the guard follows the mapping's end) */
+static void overflow_large_reused(void) {
+  char *big = (char *)API(malloc)(8 * MiB);
+  CHECK(big != NULL, "malloc failed");
+  API(free)(big);
+  size_t n = 4 * MiB;
+  char *p = (char *)API(malloc)(n);
+  CHECK(p != NULL, "malloc failed");
+  memset(p, 1, n); /* the block is all writable */
+  p[hkt_opaque(n)] = 1;
+  API(free)(p);
+}
+static void overflow_large_realloc(void) {
+  char *p = (char *)API(malloc)(8 * MiB);
+  CHECK(p != NULL, "malloc failed");
+  API(free)(p);
+  p = (char *)API(malloc)(4 * MiB);
+  CHECK(p != NULL, "malloc failed");
+  p = (char *)API(realloc)(p, 6 * MiB);
+  CHECK(p != NULL, "realloc failed");
+  memset(p, 1, 6 * MiB);
+  p = (char *)API(realloc)(p, 24 * MiB);
+  CHECK(p != NULL, "realloc failed");
+  memset(p, 2, 24 * MiB);
+  char *end = p + hkt_opaque(24 * MiB);
+  while (((uintptr_t)end & 4095) != 0) *end++ = 3; /* (the rest of its last page: slack) */
+  *end = 4;
+}
 
 /* A block of the 4 KiB class (4000 bytes asked: with hardened mode's
  * canary, still that class) at offset `at` of its 4 MiB region (the first
@@ -442,6 +472,8 @@ static const mcase cases[] = {
     {"write 7 bytes past a 200-byte block", overflow_far, 1, SIGABRT, "heap buffer overflow"},
     {"write after free, then malloc", write_after_free, 2, SIGABRT, "write after free"},
     {"write past the end of a 4 MiB block", overflow_large_guard, 1, SIGSEGV, NULL},
+    {"the same, the block in a cached 8 MiB mapping", overflow_large_reused, 1, SIGSEGV, NULL},
+    {"the same after realloc grew it to 6, then 24 MiB", overflow_large_realloc, 1, SIGSEGV, NULL},
     {"8 KiB written below the first block of a region", underflow_region_start, 0, SIGSEGV, NULL},
     {"a write running down from a 4 MiB block toward its header", underflow_large, 0, SIGSEGV, NULL},
     {"the same after realloc grew the block to 64 MiB", underflow_large_grown, 0, SIGSEGV, NULL},
