@@ -70,6 +70,7 @@ hk_heap *hk_heap_new(void) {
   memset(&h->stats, 0, sizeof h->stats);
   uint32_t owner = (uint32_t)hk_stat_add(heaps_created, 1) + 1; /* this ownership's own number */
   h->list_key = hk_derive_key((uint64_t)(uintptr_t)h, owner);
+  h->quarantine_rng = hk_derive_key((uint64_t)(uintptr_t)h->quarantine, owner) | 1; /* (xorshift: not 0) */
   hk_store_relaxed(&h->pid, hk_os_pid());
   hk_store_relaxed(&h->tid, hk_os_tid());
   hk_store_relaxed(&h->reap_checked_ms, 0);
@@ -77,6 +78,7 @@ hk_heap *hk_heap_new(void) {
   return h;
 }
 void hk_heap_abandon(hk_heap *h) {
+  hk_secure_quarantine_flush(h);
   hk_cache_flush_all(h);
   hk_heap_stash_flush(h);
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
@@ -139,6 +141,7 @@ void *hk_heap_alloc_late(size_t size, unsigned cls) {
 
 /* Collect remote frees and give back empty pages (malloc_trim). */
 void hk_heap_collect(hk_heap *h, bool release_all) {
+  hk_secure_quarantine_flush(h);
   hk_cache_flush_all(h);
   hk_heap_stash_flush(h);
   hk_heap_rescue_full(h);

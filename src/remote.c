@@ -255,7 +255,8 @@ static HK_NOINLINE void secure_free_other(hk_block *b, hk_page *page, hk_heap *s
   hk_secure_check(page, b);
   if (hk_secure_zero) memset(b, 0, page->block_size);
   if (mine) {
-    if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
+    if (page->block_size <= HK_QUARANTINE_BLOCK_MAX) hk_secure_quarantine(self, page, b);
+    else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
     return;
   }
   remote_push(page, b, b, 1);
@@ -275,7 +276,8 @@ static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
   }
   hk_secure_give(page, b);
   hk_secure_check(page, b);
-  if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
+  if (HK_LIKELY(page->block_size <= HK_QUARANTINE_BLOCK_MAX)) hk_secure_quarantine(self, page, b);
+  else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
 }
 
 /* Keep b, a block of owner's, in self's cache of class cls (there is

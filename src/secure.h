@@ -16,8 +16,13 @@
 
 #include <string.h>
 
+/* A block's secret: its address and the page key in a 64 x 64 -> 128-bit
+ * product, the halves folded. Not invertible as a multiply by a constant
+ * would be: a canary read back does not hand over the page key, which also
+ * encodes the page's free list. */
 HK_INLINE uintptr_t hk_secure_mix(const hk_page *page, const hk_block *b) {
-  return ((uintptr_t)b ^ page->key) * (uintptr_t)0x9e3779b97f4a7c15ull;
+  unsigned __int128 m = (unsigned __int128)((uintptr_t)b ^ page->key) * (page->key | 1);
+  return (uintptr_t)m ^ (uintptr_t)(m >> 64);
 }
 
 /* The canary's 8 bytes as one word, the byte at the lowest address zero */

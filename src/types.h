@@ -261,6 +261,9 @@ _Static_assert(sizeof(hk_region) == 8192 && (HK_HEADER_SPOTS + 2) * sizeof(hk_re
 /* ---- heaps: one per thread ---- */
 typedef struct hk_page_queue { hk_page *first, *last; } hk_page_queue;
 
+#define HK_QUARANTINE 32 /* hardened mode: slots of a heap's quarantine (power of 2) */
+#define HK_QUARANTINE_BLOCK_MAX ((uint32_t)16 << 10) /* larger blocks skip it */
+
 typedef struct hk_heap_stats {
   uint64_t pages_acquired, pages_released, pages_adopted;
   uint64_t remote_frees;   /* remote frees sent to their page: at once, or flushed from the cache */
@@ -292,6 +295,10 @@ typedef struct hk_heap {
                                      most recently freed first, linked through their second word */
   uintptr_t list_key;             /* the cache's and the stash's links are XOR-ed with it (derived
                                      from the secret anew for each ownership, keys.c) */
+  hk_block *quarantine[HK_QUARANTINE]; /* hardened mode: blocks the thread freed, not yet back on
+                                     their pages (secure.c); NULL: a free slot */
+  hk_page *quarantine_page[HK_QUARANTINE]; /* their pages */
+  uint64_t quarantine_rng;        /* xorshift state: which slot the next freed block takes */
   uint16_t cache_room[HK_NCLASSES]; /* blocks the class may still take: hk_class_cache_max less those
                                      it holds (0 in hk_heap_empty, and for a class without cache:
                                      one test for all) */

@@ -85,6 +85,16 @@ static void take_n(size_t n, int count) {
   for (int i = 0; i < count; i++) take(n);
 }
 static void take_many(size_t n) { take_n(n, 64); }
+/* malloc_trim: hardened mode's quarantine gives its blocks back to their
+ * pages (a freed block waits there, and malloc would not meet it). Not in
+ * the default mode, where the trim could give back the page of a freed
+ * block and the write with it. */
+static void settle(void) {
+  if (!hkt_hardened()) return;
+  phase = PHASE_CALL;
+  API(malloc_trim)(0);
+  phase = PHASE_SETUP;
+}
 
 /* n blocks of `size` bytes; *a and *b become two of them with no block
  * between them (b the lowest address above a: hardened mode spaces and
@@ -105,7 +115,8 @@ static bool adjacent_pair(char **v, int n, size_t size, char **a, char **b) {
 /* ---- scenarios ---- */
 static char chosen[64]; /* an address a corrupted link might lead to */
 
-/* a freed block's first word overwritten with a pointer, then malloc */
+/* a freed block's first word overwritten with a pointer, then malloc (the
+ * scenarios of a write into a freed block settle() first) */
 static void uaf_write_pointer(void) {
   char *keep = (char *)take(48);
   char *p = (char *)take(48);
@@ -114,6 +125,7 @@ static void uaf_write_pointer(void) {
   *(void **)hkt_opaque_ptr(p) = keep;
   phase = PHASE_SETUP;
   hold(chosen, sizeof chosen);
+  settle();
   take_many(48);
 }
 static void uaf_write_global(void) {
@@ -123,6 +135,7 @@ static void uaf_write_global(void) {
   *(void **)hkt_opaque_ptr(p) = chosen;
   phase = PHASE_SETUP;
   hold(chosen, sizeof chosen);
+  settle();
   take_many(48);
 }
 
@@ -136,6 +149,7 @@ static void uaf_low_bytes(uint16_t flip) {
   phase = PHASE_WRITE;
   ((volatile uint16_t *)p)[0] ^= flip;
   phase = PHASE_SETUP;
+  settle();
   take_n(KiB, 160);
 }
 static void uaf_low_bytes_odd(void) { uaf_low_bytes(0x1234); }

@@ -289,14 +289,16 @@ static void overflow_far(void) {
   p[hkt_opaque(207)] = 0;
   API(free)(p);
 }
-/* a freed block written, then handed out again (LIFO: the same block) */
+/* a freed block written, then handed out again (after the quarantine gave it back) */
 static void write_after_free(void) {
+  char *keep = (char *)API(malloc)(64); /* (the page stays: the trim below keeps it) */
   char *p = (char *)API(malloc)(64);
-  CHECK(p != NULL, "malloc failed");
+  CHECK(keep != NULL && p != NULL, "malloc failed");
   API(free)(p);
   p[hkt_opaque(20)] = 1;
-  void *q = API(malloc)(64);
-  (void)q;
+  API(malloc_trim)(0); /* (hardened mode's quarantine gives p back to its page) */
+  for (int i = 0; i < 1024 && API(malloc)(64) != p; i++) {
+  }
 }
 /* a write just past a large block lands on its guard page */
 static void overflow_large_guard(void) {
