@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Writes the generated parts of docs/BENCHMARKS.md from a run's results.
+"""Writes the generated parts of docs/BENCHMARKS.md and docs/SAFETY.md from a run's results.
 
     python3 bench/docs_results.py [--suite bench/results/bench-full.json]
                                   [--sweep bench/results/sweep-full.json]
+                                  [--hardened DIR/bench-full.json]
 
 Each part lies between two marker comments in docs/BENCHMARKS.md and is
 replaced whole; the text around them is left alone. The suite's part
 ("## Results" down to the targets) comes from `make bench`, the sweep's
 ("### The workload sweep" under Results) from `make bench-sweep`; the charts
 are copied to docs/. A part whose results file is missing is left as it is.
+The hardened mode's cost table in docs/SAFETY.md comes from a run of the
+default build against a hardened one (its command is in that table):
+
+    python3 bench/run.py --with hakmem-secure=BUILD/libhakmem.so \
+        --allocators hakmem,hakmem-secure --repeats 3 --out DIR
 """
 import argparse
 import json
@@ -20,6 +26,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOC = os.path.join(REPO, "docs", "BENCHMARKS.md")
+SAFETY = os.path.join(REPO, "docs", "SAFETY.md")
 PEERS = ("glibc", "mimalloc", "jemalloc", "tcmalloc")
 LARGE = ("large_varied", "large_varied_16", "large_varied_2t")
 
@@ -196,11 +203,50 @@ mimalloc alone: {vs('mimalloc', 'ops_per_sec', False):.2f}x its throughput, {vs(
     return out
 
 
+def hardened_part(path):
+    """The hardened mode's cost: each benchmark's throughput in both builds,
+    the slowdown, peak RSS, and geometric means."""
+    data = json.load(open(path))
+    meta, summ = data["meta"], data["summary"]
+    rows, slow, rss = [], [], []
+    for b in data["benchmarks"]:
+        s = summ.get(b["name"], {})
+        d, h = ok(s, "hakmem", "ops_per_sec"), ok(s, "hakmem-secure", "ops_per_sec")
+        dr, hr = ok(s, "hakmem", "peak_rss_kb"), ok(s, "hakmem-secure", "peak_rss_kb")
+        mem = f"{hr / dr:.2f}x" if dr and hr else ""
+        if dr and hr:
+            rss.append(hr / dr)
+        if b["memory_only"] or not d or not h:
+            continue
+        slow.append((d / h, b["name"]))
+        rows.append(f"| {b['name']} | {d / 1e6:.3g} | {h / 1e6:.3g} | {d / h:.2f}x | {mem} |")
+    worst = max(slow)
+    return "\n".join([
+        f"`{meta['command']}`, where the second library is the same commit built with",
+        f"`-DHAKMEM_SECURE_DEFAULT=ON`; {meta['date']}, commit {meta['commit']}, "
+        f"{meta['nproc']} CPUs ({meta['cpu']}), medians of {meta['repeats']}.",
+        "",
+        "| benchmark | hakmem (Mops/s) | hardened (Mops/s) | slowdown | hardened peak RSS |",
+        "|---|---:|---:|---:|---:|",
+        *rows,
+        "",
+        f"Geometric mean over the {len(slow)} timed benchmarks: hardened mode is "
+        f"**{geomean([x for x, _ in slow]):.2f}x** slower; the most: {worst[1]}, {worst[0]:.2f}x. "
+        f"Peak RSS: {geomean(rss):.2f}x the default's (geometric mean over {len(rss)} benchmarks).",
+    ])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default=os.path.join(REPO, "bench", "results", "bench-full.json"))
     ap.add_argument("--sweep", default=os.path.join(REPO, "bench", "results", "sweep-full.json"))
+    ap.add_argument("--hardened", help="a run of hakmem against hakmem-secure (see above)")
     args = ap.parse_args()
+    if args.hardened:
+        safety = splice(open(SAFETY).read(), "hardened cost", hardened_part(args.hardened))
+        open(SAFETY, "w").write(safety)
+        print("docs_results.py: wrote", SAFETY, "from", args.hardened)
+        return
     text = open(DOC).read()
     done = []
     if os.path.exists(args.suite):

@@ -268,14 +268,14 @@ static void double_free_same_other_thread(void) {
 }
 
 /* ---- cases only hardened mode detects (docs/SAFETY.md) ---- */
-/* one byte after the request, canary shorter than a word (class of 24+9 B: 40 B) */
-static void overflow_1_byte_short_canary(void) {
-  char *p = (char *)API(malloc)(24);
+/* one byte after the request, the canary not on a word boundary */
+static void overflow_1_byte_unaligned_canary(void) {
+  char *p = (char *)API(malloc)(21);
   CHECK(p != NULL, "malloc failed");
-  p[hkt_opaque(24)] = 'x';
+  p[hkt_opaque(21)] = 'x';
   API(free)(p);
 }
-/* one byte after the request, canary of whole words (class of 200+9 B: 224 B) */
+/* one byte after the request, a word-aligned canary */
 static void overflow_1_byte(void) {
   char *p = (char *)API(malloc)(200);
   CHECK(p != NULL, "malloc failed");
@@ -469,7 +469,7 @@ static const mcase cases[] = {
     {"realloc of a stack address", realloc_stack, 0, SIGABRT, NULL},
     {"free of a block never handed out", free_never_allocated, 0, SIGABRT, NULL},
     {"free of a pointer into the tail a realloc shrink gave back", free_into_shrunk_tail, 0, SIGABRT, NULL},
-    {"1-byte overflow of a 24-byte block (canary < 8 bytes)", overflow_1_byte_short_canary, 1, SIGABRT, "heap buffer overflow"},
+    {"1-byte overflow of a 21-byte block (canary not word-aligned)", overflow_1_byte_unaligned_canary, 1, SIGABRT, "heap buffer overflow"},
     {"1-byte overflow of a 200-byte block", overflow_1_byte, 1, SIGABRT, "heap buffer overflow"},
     {"write 7 bytes past a 200-byte block", overflow_far, 1, SIGABRT, "heap buffer overflow"},
     {"write after free, then malloc", write_after_free, 2, SIGABRT, "write after free"},
