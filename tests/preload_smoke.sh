@@ -173,9 +173,11 @@ job_clang() {
   echo "gen.c $(cksum < obj.o)"
 }
 
-# cppcheck (C++, many small objects and containers) over hakmem's sources
+# cppcheck (C++, many small objects and containers) over hakmem's library
+# sources (with the tests too it takes four times as long, in every suite
+# that runs this script)
 job_cppcheck() {
-  cppcheck --enable=all --inconclusive --force -q -I"$REPO/include" -I"$REPO/src" "$REPO/src" "$REPO/tests" 2>&1 |
+  cppcheck --enable=all --inconclusive --force -q -I"$REPO/include" -I"$REPO/src" "$REPO/src" 2>&1 |
     sed "s|$REPO/||g" | sort
   echo "cppcheck status ${PIPESTATUS[0]}"
 }
