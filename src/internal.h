@@ -178,10 +178,7 @@ int hk_page_reclaimed(hk_page *page);
 
 /* ---- secure.c: hardened mode's checks ---- */
 void hk_secure_on_alloc(hk_page *page, hk_block *b, size_t size);
-void *hk_secure_malloc(size_t size, hk_heap *h);
 void hk_secure_clear_span(const hk_page *page);
-void hk_secure_quarantine(hk_heap *h, hk_page *page, hk_block *b);
-void hk_secure_quarantine_flush(hk_heap *h);
 void hk_secure_assert_clear(const hk_page *page); /* (debug build) */
 hk_block *hk_secure_collect(hk_page *page, hk_block *list, uint32_t count);
 void hk_secure_set_size(hk_page *page, hk_block *b, size_t size);
@@ -247,6 +244,7 @@ HK_INLINE void hk_heap_note_active(hk_heap *h) {
 
 /* ---- remote.c: frees of other heaps' blocks, the thread cache ---- */
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self); /* (the order free() has them in) */
+void hk_secure_quarantine_flush(hk_heap *h); /* hardened mode's quarantine, back to the pages */
 /* A cached block links to the next through its second word (blocks of 16
  * bytes and more), XOR-ed with its heap's list key; its first word is the
  * foreign tag. */
@@ -330,6 +328,7 @@ void *hk_malloc_slow(size_t size, hk_heap *heap);
 void *hk_malloc_no_head(size_t size, hk_heap *heap, hk_page *page); /* list ended: the slow path; else reported */
 void *hk_alloc_class(size_t size, unsigned cls);
 void *hk_malloc_cached(size_t size, hk_heap *h); /* malloc in cache mode (h->free_owner != h) */
+void *hk_secure_malloc(size_t size, hk_heap *h); /* hardened mode's malloc */
 void *hk_alloc_large(size_t size, size_t align, bool zero); /* hk_large_alloc, retried once */
 
 /* ==== the front: the malloc family ==== */

@@ -76,6 +76,8 @@ bool hk_page_extend(hk_page *page) {
   if (page->capacity >= page->reserved) return false;
   uint32_t bs = page->block_size;
   uint32_t n = hk_extend_blocks(bs);
+  /* hardened: enough blocks at a time that big ones come in a random order too */
+  if (hk_secure && n < HK_SECURE_CARVE) n = HK_SECURE_CARVE;
   if (n > page->reserved - page->capacity) n = page->reserved - page->capacity;
   if (hk_secure) {
     hk_secure_shuffle_extend(page, n);

@@ -247,6 +247,54 @@ HK_INLINE bool owner_idle(const hk_heap *self, const hk_heap *owner) {
          hk_load_relaxed(&self->active_ms);
 }
 
+/* The first word of a block in the quarantine: secret (the page key), and
+ * different for every block. */
+static uintptr_t quarantine_tag(const hk_page *page, const hk_block *b) {
+  return ~hk_secure_mix(page, b);
+}
+
+/* A block leaves the quarantine for its page's free list: its first word
+ * must be as the quarantine left it (a write after free would be lost
+ * under the link written now). */
+static void quarantine_out(hk_heap *h, hk_page *page, hk_block *b) {
+  if (HK_UNLIKELY(b->link != quarantine_tag(page, b)))
+    hk_fatal("write after free detected (a freed block was modified)", b);
+  if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(h, page);
+}
+
+/* A block the thread freed (checked, and no longer live in the block map)
+ * waits in its heap's quarantine, in a random one of its HK_QUARANTINE
+ * slots, and the block it displaces goes back to its page: a freed block
+ * is not the next one handed out, and when it comes back is random. A
+ * double free of a waiting block is found in the block map as any other,
+ * and a write into its first word when it leaves. Blocks above
+ * HK_QUARANTINE_BLOCK_MAX go back at once: the quarantine holds the
+ * blocks, and keeps their pages from emptying. */
+static void quarantine(hk_heap *h, hk_page *page, hk_block *b) {
+  b->link = quarantine_tag(page, b);
+  uint64_t x = h->quarantine_rng;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  h->quarantine_rng = x;
+  unsigned i = (unsigned)(x >> 32) & (HK_QUARANTINE - 1);
+  hk_block *out = h->quarantine[i];
+  hk_page *out_page = h->quarantine_page[i];
+  h->quarantine[i] = b;
+  h->quarantine_page[i] = page;
+  if (out != NULL) quarantine_out(h, out_page, out);
+}
+
+/* Every waiting block back to its page (thread exit, malloc_trim). */
+void hk_secure_quarantine_flush(hk_heap *h) {
+  for (unsigned i = 0; i < HK_QUARANTINE; i++) {
+    hk_block *b = h->quarantine[i];
+    if (b == NULL) continue;
+    h->quarantine[i] = NULL;
+    quarantine_out(h, h->quarantine_page[i], b);
+  }
+}
+
 /* A hardened free but the common one: another thread's block, or zero
  * mode. */
 static HK_NOINLINE void secure_free_other(hk_block *b, hk_page *page, hk_heap *self, bool mine) {
@@ -255,7 +303,7 @@ static HK_NOINLINE void secure_free_other(hk_block *b, hk_page *page, hk_heap *s
   hk_secure_check(page, b);
   if (hk_secure_zero) memset(b, 0, page->block_size);
   if (mine) {
-    if (page->block_size <= HK_QUARANTINE_BLOCK_MAX) hk_secure_quarantine(self, page, b);
+    if (page->block_size <= HK_QUARANTINE_BLOCK_MAX) quarantine(self, page, b);
     else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
     return;
   }
@@ -276,7 +324,7 @@ static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
   }
   hk_secure_give(page, b);
   hk_secure_check(page, b);
-  if (HK_LIKELY(page->block_size <= HK_QUARANTINE_BLOCK_MAX)) hk_secure_quarantine(self, page, b);
+  if (HK_LIKELY(page->block_size <= HK_QUARANTINE_BLOCK_MAX)) quarantine(self, page, b);
   else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
 }
 

@@ -1,12 +1,14 @@
 /* Hardened mode (HAKMEM_SECURE=1, or 2 for zero-on-free): the checks that
- * the default mode does without. Its blocks carry a canary and a size
- * trailer (secure.h); large blocks get guard pages instead (large.c).
+ * the default mode does without, at the level of a page (its malloc is
+ * in thread.c, its free and quarantine in remote.c). Its blocks carry a
+ * canary and a size trailer (secure.h); large blocks get guard pages
+ * instead (large.c).
  * The default fast paths do not serve hardened mode, without a test of
  * their own: its heaps stay in cache mode (free_owner), which sends malloc
  * to hk_malloc_cached and on to hk_secure_malloc, and its pages' owners are
  * tagged (hk_owner_tag), which sends free to the cache's path and on to
- * secure_free (remote.c). Its classes' direct pages are the empty page
- * and its caches hold nothing, so any other way in ends there too. */
+ * secure_free (remote.c). Its thread caches and stash hold nothing, so no
+ * other way hands out a block unmarked. */
 #include "internal.h"
 #include "secure.h"
 
@@ -24,68 +26,6 @@ void hk_secure_on_alloc(hk_page *page, hk_block *b, size_t size) {
   hk_secure_take(page, b);
   if (hk_secure_zero) check_zeroed(page, b);
   hk_secure_mark(page, b, size);
-}
-
-/* Hardened malloc: the head of the class's current page's list, checked
- * as hk_heap_alloc checks it; the slow path for everything else (no
- * current page or no heap yet, the list ended, blocks stashed, a large
- * request, zero mode's check). */
-void *hk_secure_malloc(size_t size, hk_heap *h) {
-  if (HK_UNLIKELY(size > HK_MEDIUM_MAX - HK_SECURE_EXTRA || hk_secure_zero)) return hk_malloc_slow(size, h);
-  hk_page *page = h->queues[hk_size_class(size + HK_SECURE_EXTRA)].first;
-  if (HK_UNLIKELY(page == NULL || !hk_list_head_ok(page, page->free))) return hk_malloc_slow(size, h);
-  hk_block *b = hk_page_pop(page);
-  hk_secure_take(page, b);
-  hk_secure_mark(page, b, size);
-  return b;
-}
-
-/* The first word of a block in the quarantine: secret (the page key), and
- * different for every block. */
-static uintptr_t quarantine_tag(const hk_page *page, const hk_block *b) {
-  return ~hk_secure_mix(page, b);
-}
-
-/* A block leaves the quarantine for its page's free list: its first word
- * must be as the quarantine left it (a write after free would be lost
- * under the link written now). */
-static void quarantine_out(hk_heap *h, hk_page *page, hk_block *b) {
-  if (HK_UNLIKELY(b->link != quarantine_tag(page, b)))
-    hk_fatal("write after free detected (a freed block was modified)", b);
-  if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(h, page);
-}
-
-/* A block the thread freed (checked, and no longer live in the block map)
- * waits in its heap's quarantine, in a random one of its HK_QUARANTINE
- * slots, and the block it displaces goes back to its page: a freed block
- * is not the next one handed out, and when it comes back is random. A
- * double free of a waiting block is found in the block map as any other,
- * and a write into its first word when it leaves. Blocks above
- * HK_QUARANTINE_BLOCK_MAX go back at once: the quarantine holds the
- * blocks, and keeps their pages from emptying. */
-void hk_secure_quarantine(hk_heap *h, hk_page *page, hk_block *b) {
-  b->link = quarantine_tag(page, b);
-  uint64_t x = h->quarantine_rng;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  h->quarantine_rng = x;
-  unsigned i = (unsigned)(x >> 32) & (HK_QUARANTINE - 1);
-  hk_block *out = h->quarantine[i];
-  hk_page *out_page = h->quarantine_page[i];
-  h->quarantine[i] = b;
-  h->quarantine_page[i] = page;
-  if (out != NULL) quarantine_out(h, out_page, out);
-}
-
-/* Every waiting block back to its page (thread exit, malloc_trim). */
-void hk_secure_quarantine_flush(hk_heap *h) {
-  for (unsigned i = 0; i < HK_QUARANTINE; i++) {
-    hk_block *b = h->quarantine[i];
-    if (b == NULL) continue;
-    h->quarantine[i] = NULL;
-    quarantine_out(h, h->quarantine_page[i], b);
-  }
 }
 
 /* A page's span goes back to being unused with every bit of its blocks

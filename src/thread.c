@@ -4,6 +4,7 @@
  * giving back what the caches hold, when memory runs out. */
 #include "internal.h"
 #include "fastpath.h"
+#include "secure.h"
 
 #include <errno.h>
 
@@ -104,6 +105,21 @@ void *hk_malloc_cached(size_t size, hk_heap *h) {
   }
   return hk_malloc_from(h, h->direct[cls], size);
 }
+
+/* Hardened malloc: the head of the class's current page's list, checked
+ * as hk_heap_alloc checks it; the slow path for everything else (no
+ * current page or no heap yet, the list ended, blocks stashed, a large
+ * request, zero mode's check). secure.c has the rest of hardened mode. */
+void *hk_secure_malloc(size_t size, hk_heap *h) {
+  if (HK_UNLIKELY(size > HK_MEDIUM_MAX - HK_SECURE_EXTRA || hk_secure_zero)) return hk_malloc_slow(size, h);
+  hk_page *page = h->queues[hk_size_class(size + HK_SECURE_EXTRA)].first;
+  if (HK_UNLIKELY(page == NULL || !hk_list_head_ok(page, page->free))) return hk_malloc_slow(size, h);
+  hk_block *b = hk_page_pop(page);
+  hk_secure_take(page, b);
+  hk_secure_mark(page, b, size);
+  return b;
+}
+
 
 /* The fast path's page had no carved block at the head of its list: the
  * list ended (the slow path; always, in hardened mode: secure.c), or a

@@ -357,6 +357,7 @@ typedef struct hk_heap {
 
 /* hardened mode (secure.c) */
 #define HK_SECURE_EXTRA 16        /* the canary and the trailer word (secure.h) */
+#define HK_SECURE_CARVE 16        /* hardened mode carves at least this many blocks at a time */
 #define HK_BLOCK_MAP_WORDS (HK_REGION_SIZE / 16 / 64) /* one bit per 16 bytes of a region */
 #define HK_BLOCK_MAP_BYTES (2 * HK_BLOCK_MAP_WORDS * 8) /* two maps (secure.h) */
 #define HK_GUARD 4096             /* a PROT_NONE page */
