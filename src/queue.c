@@ -268,7 +268,8 @@ static void page_emptied(hk_heap *h, hk_page *page) {
    * page search and a new span every few operations. Not held: a page
    * emptied by realloc moving its block to another class (the buffer is
    * growing past it: holding every class's page on the way only raises the
-   * peak). */
+   * peak), nor in zero mode (HAKMEM_SECURE=2), whose free blocks the timed
+   * purge leaves alone (a purge mark would break malloc's zero check). */
   hk_page *cur = h->queues[cls].first;
   if (hk_page_used(page) == 0 && page != cur) {
     if (page->held) return; /* (cannot happen: nothing was taken from it) */
@@ -279,7 +280,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
       hk_list_remove(&h->queues[cls], page);
       uncurrent(cur);
       hk_list_push_front(&h->queues[cls], page);
-    } else if (page->nslabs > 1 && !h->moving && held_fits(h, carved)) {
+    } else if (page->nslabs > 1 && !h->moving && !hk_secure_zero && held_fits(h, carved)) {
       page->held = 1; /* stays queued: find_page takes it before a new span */
       page->idle_ms = carved;
       h->held_bytes += carved;
@@ -293,7 +294,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
   } else if (hk_page_used(page) == 0 && page->nslabs > 1 && h->held[cls] == 0) {
     /* the current page itself emptied: held (until hk_heap_set_direct replaces it) */
     uint32_t carved = page->capacity * page->block_size;
-    if (!h->moving && held_fits(h, carved)) {
+    if (!h->moving && !hk_secure_zero && held_fits(h, carved)) {
       h->held[cls] = carved;
       h->held_bytes += carved;
       /* as a single-slab current page: it stays when it empties again

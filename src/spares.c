@@ -30,6 +30,8 @@ bool hk_spare_put(hk_heap *h, hk_page *page) {
   /* (a spare is re-initialised whole: not with lent slabs) */
   if (h->moving || page->lent) return false;
   uint32_t bytes = hk_page_span_bytes(page);
+  /* (zero mode: its free blocks are not purged on time, see page_emptied) */
+  if (page->block_size >= HK_SLAB_SIZE && hk_secure_zero) return false;
   uint32_t limit = page->block_size < HK_SLAB_SIZE ? HK_SPARE_MAX : HK_SPARE_BYTES + h->spare_grown;
   pthread_mutex_lock(&h->spare_lock);
   if (h->spare_bytes + bytes > limit) {
