@@ -458,6 +458,39 @@ static void test_hardened_carving(void) {
   CHECK(ascending * 10 < pairs * 8, "%u of %u successive blocks in ascending order: not shuffled", ascending, pairs);
 }
 
+/* Hardened mode's quarantine (docs/SAFETY.md): a freed block is not the
+ * next one handed out, nor one of the next few, in any size up to its
+ * limit; the order in which freed blocks come back is not the order they
+ * were freed in. */
+static void test_hardened_quarantine(void) {
+  if (!hkt_hardened()) return;
+  size_t sizes[] = {16, 64, 1000, 4000, 12000}; /* (blocks of 16 KiB at most) */
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    void *p = API(malloc)(sizes[s]);
+    CHECK(p != NULL, "malloc(%zu) failed", sizes[s]);
+    API(free)(p);
+    void *q[4];
+    for (int i = 0; i < 4; i++) {
+      q[i] = API(malloc)(sizes[s]);
+      CHECK(q[i] != p, "malloc(%zu) handed out the block freed just before", sizes[s]);
+    }
+    for (int i = 0; i < 4; i++) API(free)(q[i]);
+  }
+  /* 64 blocks freed in order, then taken again: not in the same order */
+  enum { N = 64 };
+  static void *a[N], *b[N];
+  for (int i = 0; i < N; i++) CHECK((a[i] = API(malloc)(48)) != NULL, "malloc failed");
+  for (int i = 0; i < N; i++) API(free)(a[i]);
+  API(malloc_trim)(0); /* (the quarantine back to the pages) */
+  unsigned same = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK((b[i] = API(malloc)(48)) != NULL, "malloc failed");
+    same += b[i] == a[N - 1 - i]; /* (a plain LIFO list gives them back reversed) */
+  }
+  CHECK(same < N / 2, "%u of %u freed blocks came back in LIFO order", same, N);
+  for (int i = 0; i < N; i++) API(free)(b[i]);
+}
+
 /* Blocks of 9 to 60 KiB lie 64 bytes more apart than their class size
  * (docs/DESIGN.md, "Padded classes"): consecutive blocks start in
  * different L1 cache sets, where a multiple of 4 KiB apart they would all
@@ -541,6 +574,7 @@ int main(void) {
   RUN(test_size_class_bounds);
   RUN(test_class_padding);
   RUN(test_hardened_carving);
+  RUN(test_hardened_quarantine);
   API(free)(pool);
   printf("test_internals [%s]: all passed\n", API_MODE);
   return 0;
