@@ -90,7 +90,6 @@ static void *alloc_from(hk_heap *h, size_t size, unsigned cls) {
 /* malloc in cache mode (h->free_owner != h, remote.c): the class's cached
  * blocks first, then its current page. */
 void *hk_malloc_cached(size_t size, hk_heap *h) {
-  if (hk_secure) return hk_secure_malloc(size, h); /* (secure.c: its heaps stay in this mode) */
   /* (small sizes first: one compare for them) */
   size_t cls;
   if (HK_LIKELY(size <= HK_LUT_MAX)) cls = hk_class_lut[(size + 7) >> 3];
@@ -103,6 +102,9 @@ void *hk_malloc_cached(size_t size, hk_heap *h) {
     if (HK_UNLIKELY((h->stats.cache_reused & 63) == 0)) return hk_cache_pop_noting_time(h, cls, b);
     return hk_cache_pop(h, cls, b);
   }
+  /* hardened mode always ends here (its heaps stay in cache mode, their
+   * caches empty: secure.c) */
+  if (hk_secure) return hk_secure_malloc(size, h);
   return hk_malloc_from(h, h->direct[cls], size);
 }
 
@@ -122,10 +124,9 @@ void *hk_secure_malloc(size_t size, hk_heap *h) {
 
 
 /* The fast path's page had no carved block at the head of its list: the
- * list ended (the slow path; always, in hardened mode: secure.c), or a
- * link was corrupted. */
+ * list ended (the slow path), or a link was corrupted. */
 void *hk_malloc_no_head(size_t size, hk_heap *h, hk_page *page) {
-  if (HK_LIKELY(hk_list_end(page->free))) return hk_secure ? hk_secure_malloc(size, h) : hk_malloc_slow(size, h);
+  if (HK_LIKELY(hk_list_end(page->free))) return hk_malloc_slow(size, h);
   hk_fatal("free list corrupted (a freed block was written: a use after free, or an overflow)", page->free);
 }
 
