@@ -70,13 +70,15 @@ void *hk_realloc(void *p, size_t size) {
   hk_region *r = hk_region_lookup(p);
   if (r != NULL && r->kind != HK_KIND_LARGE) {
     /* a freed block first: its size (hardened mode: the trailer) is gone.
-     * The owner confirms on its lists; another thread may not walk them
-     * and, as free() does, takes a block that looks free for a freed one
-     * (a live block's first word is 0 or user data, which matches only by
-     * chance of the page's random key). */
+     * The owner confirms with the block's foreign tag (a freed block held
+     * off the page's lists, as in the stash) or on its lists; another
+     * thread may not walk them and, as free() does, takes a block that
+     * looks free for a freed one (a live block's first word is 0 or user
+     * data, which matches only by chance of the page's random key). */
     hk_page *page = hk_page_of(r, p);
     if (hk_is_carved_block(page, (uintptr_t)p) && hk_looks_free(page, (hk_block *)p) &&
-        (hk_load_relaxed(&page->heap) != hk_owner_tag(hk_tls_heap) || hk_page_contains_free(page, (hk_block *)p)))
+        (hk_load_relaxed(&page->heap) != hk_owner_tag(hk_tls_heap) || hk_foreign_tagged(page, (hk_block *)p) ||
+         hk_page_contains_free(page, (hk_block *)p)))
       hk_fatal("realloc() of a freed block", p);
   }
   size_t usable = hk_block_size(p, "realloc()"); /* also validates p */

@@ -92,6 +92,15 @@ static void realloc_freed_other_thread(void) {
   CHECK(pthread_create(&t, NULL, realloc_48, p) == 0, "pthread_create failed");
   pthread_join(t, NULL);
 }
+/* a block alone in its span (about 1 MiB), freed and held by its thread
+ * off the page's lists: a same-size realloc would resize it in place */
+static void realloc_freed_span_block(void) {
+  void *p = API(malloc)(999965), *keep = API(malloc)(999965);
+  CHECK(p != NULL && keep != NULL, "malloc failed");
+  API(free)(p);
+  void *q = API(realloc)(hkt_opaque_ptr(p), 999965);
+  (void)q;
+}
 static void free_mmap(void) {
   void *p = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   CHECK(p != MAP_FAILED, "mmap failed");
@@ -457,6 +466,7 @@ static const mcase cases[] = {
     {"double free of a 4 MiB block", double_free_large, 0, SIGABRT, NULL},
     {"realloc of a freed small block", realloc_freed, 0, SIGABRT, NULL},
     {"realloc of a freed small block from another thread, same size", realloc_freed_other_thread, 0, SIGABRT, "realloc"},
+    {"realloc of a freed 1 MiB block held by its thread, same size", realloc_freed_span_block, 0, SIGABRT, "realloc"},
     {"free of a pointer from mmap()", free_mmap, 0, SIGABRT, NULL},
     {"free of a 2 MiB-aligned mmap() pointer", free_mmap_2mib_aligned, 0, SIGABRT, NULL},
     {"free of a pointer into the middle of a 4 MiB block", free_interior_large, 0, SIGABRT, NULL},
