@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 CMAKE ?= cmake
 
-.PHONY: all build test test-release test-clang test-asan test-tsan test-debug test-install test-options test-fuzz install clean
+.PHONY: all build test test-release test-clang test-asan test-tsan test-debug test-install test-options test-fuzz fuzz-coverage install clean
 
 all: build
 
@@ -69,6 +69,12 @@ test-fuzz:
 	  -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 -print_final_stats=1 \
 	  -artifact_prefix=build-fuzz/artifacts/ $(FUZZ_FLAGS) build-fuzz/corpus tests/fuzz_corpus
 
+# How much of src/ the committed corpus reaches, in all three modes (the
+# misuse children included); fails below FUZZ_COVERAGE_MIN % of branches.
+FUZZ_COVERAGE_MIN ?= 75
+fuzz-coverage:
+	tools/fuzz_coverage.sh --min $(FUZZ_COVERAGE_MIN) build-cov
+
 install: build
 	$(CMAKE) --install build --prefix $(PREFIX)
 
@@ -95,4 +101,4 @@ bench-sweep-quick: build
 	python3 bench/run.py --sweep --quick
 
 clean:
-	rm -rf build build-clang build-asan build-tsan build-fuzz
+	rm -rf build build-clang build-asan build-tsan build-fuzz build-cov

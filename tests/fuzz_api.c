@@ -5,7 +5,11 @@
  * arguments (a missing byte reads as 0, so every input is a valid program).
  * Opcode bit 7 runs the operation on a helper thread instead of the main
  * one, so blocks are allocated, reallocated and freed by a thread that does
- * not own them; the handoff waits for the helper, so a run is deterministic.
+ * not own them; the handoff waits for the helper. Opcodes 0x70-0x7f are the
+ * operations on many blocks and two threads at once (the bulk pool, racing
+ * frees, the helper exiting while the main thread frees) and misuse, which
+ * runs in a forked child whose end is checked against what the mode
+ * (HAKMEM_SECURE) promises; those runs are not deterministic.
  *
  * The shadow model is a table of slots, each holding a live block: pointer,
  * requested size, usable size and a pattern seed. Every block is painted
@@ -16,11 +20,13 @@
  * usable sizes are checked, and impossible requests must fail with the
  * documented errno. Any mismatch prints "fuzz_api: ..." and aborts.
  *
- * Built two ways:
+ * Built three ways:
  *  - HAKMEM_SANITIZE=fuzzer (clang): with -fsanitize=fuzzer,address,undefined,
  *    run by `make test-fuzz`;
  *  - every build: linked with fuzz_replay.c (a main() that replays files),
- *    and ctest replays every input in tests/fuzz_corpus/.
+ *    and ctest replays every input in tests/fuzz_corpus/;
+ *  - HAKMEM_SANITIZE=coverage: fuzz_replay with source-based coverage, for
+ *    tools/fuzz_coverage.sh.
  * Regression rule: every input that ever crashed this target is added to
  * tests/fuzz_corpus/ (named after what it found), so it is replayed forever.
  */
@@ -29,12 +35,17 @@
 #endif
 
 #include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "api.h" /* hkt_vreport */
@@ -264,6 +275,125 @@ static void free_slot(int s, int how) {
   sl->p = NULL;
 }
 
+
+/* ---- the bulk pool ---- */
+
+/* Many blocks of one size at a time fill and empty whole pages, regions and
+ * caches, which the 32 slots cannot. A bulk block is checked at its two
+ * ends (BULK_STAMP bytes each) rather than painted whole. */
+#define NBULK 4096
+#define BULK_BYTES ((size_t)96 << 20) /* the pool's total request, at most */
+#define BULK_STAMP 16
+
+typedef struct {
+  unsigned char *p; /* NULL: freed (the pool is compacted by the main thread) */
+  size_t size;
+  uint64_t seed;
+} bulk_blk;
+
+static bulk_blk bulk[NBULK];
+static size_t nbulk, bulk_bytes;
+
+static void bulk_stamp(const bulk_blk *b) {
+  size_t head = b->size < BULK_STAMP ? b->size : BULK_STAMP;
+  fill_range(b->p, 0, head, b->seed);
+  fill_range(b->p, b->size - head, b->size, b->seed);
+}
+
+static void bulk_check(const bulk_blk *b, const char *what) {
+  size_t head = b->size < BULK_STAMP ? b->size : BULK_STAMP;
+  size_t bad = check_range(b->p, 0, head, b->seed, 0);
+  if (bad == SIZE_MAX) bad = check_range(b->p, b->size - head, b->size, b->seed, 0);
+  if (bad != SIZE_MAX)
+    fail("%s: bulk block %p (%zu bytes): byte %zu is 0x%02x, expected 0x%02x", what, (void *)b->p,
+         b->size, bad, b->p[bad], pat_byte(bad, b->seed));
+}
+
+/* Every live block (slots and pool) as [start, end), sorted: no two may
+ * overlap. */
+typedef struct {
+  uintptr_t start, end;
+} span;
+static span spans[NBULK + NSLOTS];
+
+static int span_cmp(const void *x, const void *y) {
+  const span *a = x, *b = y;
+  return a->start < b->start ? -1 : a->start > b->start;
+}
+
+static void check_overlaps(const char *what) {
+  size_t n = 0;
+  for (int i = 0; i < NSLOTS; i++)
+    if (slots[i].p != NULL)
+      spans[n++] = (span){(uintptr_t)slots[i].p, (uintptr_t)slots[i].p + (slots[i].usable ? slots[i].usable : 1)};
+  for (size_t i = 0; i < nbulk; i++)
+    if (bulk[i].p != NULL)
+      spans[n++] = (span){(uintptr_t)bulk[i].p, (uintptr_t)bulk[i].p + (bulk[i].size ? bulk[i].size : 1)};
+  qsort(spans, n, sizeof spans[0], span_cmp);
+  for (size_t i = 1; i < n; i++)
+    if (spans[i].start < spans[i - 1].end)
+      fail("%s: live blocks [%#lx, %#lx) and [%#lx, %#lx) overlap", what, (unsigned long)spans[i - 1].start,
+           (unsigned long)spans[i - 1].end, (unsigned long)spans[i].start, (unsigned long)spans[i].end);
+}
+
+/* n blocks of `size` bytes: variant 0-1 malloc, 2 calloc, 3 aligned_alloc
+ * (64 B .. 4 KiB), on the calling thread. */
+static void bulk_alloc(size_t n, size_t size, unsigned variant) {
+  if (size == 0) size = 1;
+  if (n > NBULK - nbulk) n = NBULK - nbulk;
+  if (n > (BULK_BYTES - bulk_bytes) / size) n = (BULK_BYTES - bulk_bytes) / size;
+  size_t al = (size_t)64 << (variant >> 2) % 7;
+  for (size_t i = 0; i < n; i++) {
+    bulk_blk *b = &bulk[nbulk];
+    switch (variant & 3) {
+    case 2: b->p = hak_calloc(1, size); break;
+    case 3: b->p = hak_aligned_alloc(al, size); break;
+    default: b->p = hak_malloc(size); break;
+    }
+    if (b->p == NULL) fail("bulk: allocation %zu of %zu (%zu bytes) returned NULL", i, n, size);
+    if ((variant & 3) == 3 && (uintptr_t)b->p % al != 0) fail("bulk: aligned_alloc(%zu) gave %p", al, (void *)b->p);
+    if ((uintptr_t)b->p % natural_align(size) != 0) fail("bulk: %zu bytes at %p misaligned", size, (void *)b->p);
+    if ((variant & 3) == 2) verify(b->p, size, size, 0, 1, "bulk calloc");
+    b->size = size;
+    b->seed = ++seed_counter;
+    bulk_stamp(b);
+    nbulk++;
+    bulk_bytes += size;
+  }
+  check_overlaps("bulk allocation");
+}
+
+/* Frees the pool's blocks j with j % stride == phase (reverse: from the
+ * end), of those only the ones with j % 2 == half when half >= 0. Called
+ * by two threads at once with half 0 and 1: they touch disjoint entries. */
+static void bulk_free(size_t stride, size_t phase, int reverse, int half) {
+  if (stride == 0) stride = 1;
+  for (size_t k = 0; k < nbulk; k++) {
+    size_t j = reverse ? nbulk - 1 - k : k;
+    if (j % stride != phase % stride || (half >= 0 && (int)(j % 2) != half)) continue;
+    bulk_blk *b = &bulk[j];
+    if (b->p == NULL) continue;
+    bulk_check(b, "before bulk free");
+    if (j % 3 == 1)
+      hak_free_sized(b->p, b->size);
+    else
+      hak_free(b->p);
+    b->p = NULL;
+  }
+}
+
+/* Drops freed entries (main thread, nobody else using the pool). */
+static void bulk_compact(void) {
+  size_t n = 0;
+  bulk_bytes = 0;
+  for (size_t i = 0; i < nbulk; i++)
+    if (bulk[i].p != NULL) {
+      bulk[n++] = bulk[i];
+      bulk_bytes += bulk[i].size;
+    }
+  nbulk = n;
+}
+
 /* ---- operations ---- */
 
 enum {
@@ -283,6 +413,13 @@ enum {
   OP_TRIM,
   OP_RESTART_HELPER,
   OP_NULLS,
+  NOPS_BASIC, /* opcodes 0x00-0x6f: (x % NOPS_BASIC); 0x70-0x7f: the ops below */
+  OP_BULK_ALLOC = NOPS_BASIC,
+  OP_BULK_FREE,
+  OP_RACE_FREE,
+  OP_HELPER_EXIT_RACE,
+  OP_MISUSE,
+  OP_STATS,
   NOPS
 };
 
@@ -456,6 +593,15 @@ static void run_op(void *arg) {
   case OP_TRIM:
     hak_malloc_trim(0);
     break;
+  case OP_BULK_ALLOC:
+    bulk_alloc(a->n, a->size, (unsigned)a->align);
+    break;
+  case OP_BULK_FREE: /* a->n: stride and phase; a->align: reverse, half + 1; a->size: slots too */
+    bulk_free(1 + a->n % 8, a->n >> 3, a->align & 1, (int)(a->align >> 1) - 1);
+    if (a->size) /* the slots of this half (all: half -1) */
+      for (int i = 0; i < NSLOTS; i++)
+        if ((a->align >> 1) == 0 || i % 2 == (int)(a->align >> 1) - 1) free_slot(i, (unsigned)i);
+    break;
   case OP_NULLS:
     hak_free(NULL);
     hak_free_sized(NULL, a->size);
@@ -509,14 +655,317 @@ static void helper_stop(void) {
   h_running = 0;
 }
 
-static void run_on_helper(const opargs *a) {
+/* Hands the helper an operation; helper_wait() waits for it to finish. In
+ * between, the main thread may run operations of its own at the same time. */
+static void helper_post(const opargs *a) {
   if (!h_running) helper_start();
   pthread_mutex_lock(&h_mu);
   h_job = a;
   h_pending = 1;
   pthread_cond_broadcast(&h_cv);
+  pthread_mutex_unlock(&h_mu);
+}
+
+static void helper_wait(void) {
+  pthread_mutex_lock(&h_mu);
   while (h_pending) pthread_cond_wait(&h_cv, &h_mu);
   pthread_mutex_unlock(&h_mu);
+}
+
+static void run_on_helper(const opargs *a) {
+  helper_post(a);
+  helper_wait();
+}
+
+
+/* ---- operations on two threads at once ---- */
+
+/* The helper and the main thread free disjoint halves of the pool (and of
+ * the slots) at the same moment: frees of each other's blocks race with
+ * frees of their own on the same pages. */
+static void race_free(const opargs *a) {
+  opargs h = *a, m = *a;
+  h.op = m.op = OP_BULK_FREE;
+  h.align = 4 | (a->align & 1); /* half 1 */
+  m.align = 2 | (a->align & 1); /* half 0 */
+  helper_post(&h);
+  run_op(&m);
+  helper_wait();
+}
+
+/* The helper exits (its heap is abandoned, blocks still live in it) while
+ * the main thread frees blocks, many of them the helper's. */
+static void helper_exit_race(const opargs *a) {
+  if (!h_running) return;
+  pthread_mutex_lock(&h_mu);
+  h_exit = 1;
+  pthread_cond_broadcast(&h_cv);
+  pthread_mutex_unlock(&h_mu);
+  opargs m = *a;
+  m.op = OP_BULK_FREE;
+  m.align &= 1;
+  run_op(&m);
+  pthread_join(h_thread, NULL);
+  h_running = 0;
+}
+
+/* Counters and the calls that only report: must not crash or change any
+ * block. hak_malloc_stats writes to stderr: sent to /dev/null here. */
+static void stats_op(const opargs *a) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  struct mallinfo2 mi = hak_mallinfo2();
+  /* in use = region pages in use + live large mappings; free = the rest
+   * of the regions + cached large mappings; blocks above 1 MiB are large */
+  size_t large = 0;
+  for (int i = 0; i < NSLOTS; i++)
+    if (slots[i].p != NULL && slots[i].size > ((size_t)1 << 20)) large += slots[i].size;
+  for (size_t i = 0; i < nbulk; i++)
+    if (bulk[i].p != NULL && bulk[i].size > ((size_t)1 << 20)) large += bulk[i].size;
+  if (mi.hblkhd < large || mi.uordblks < mi.hblkhd || mi.uordblks + mi.fordblks < mi.arena + mi.hblkhd)
+    fail("mallinfo2: arena %zu, in use %zu, free %zu, large %zu: inconsistent, or below the %zu bytes of live "
+         "large blocks", mi.arena, mi.uordblks, mi.fordblks, mi.hblkhd, large);
+#endif
+  if (hak_mallopt((int)(a->n % 16) - 8, (int)a->size) < 0) fail("mallopt returned a negative value");
+  if (a->n & 1) {
+    int fd = open("/dev/null", O_WRONLY), saved = dup(2);
+    if (fd >= 0 && saved >= 0) {
+      dup2(fd, 2);
+      hak_malloc_stats();
+      dup2(saved, 2);
+    }
+    if (fd >= 0) close(fd);
+    if (saved >= 0) close(saved);
+  }
+  for (int i = 0; i < NSLOTS; i++) check_slot(i, "after the statistics calls");
+}
+
+
+/* ---- misuse and corruption, in a forked child ---- */
+
+/* A misuse ends the process (a hakmem report, then abort), so each one runs
+ * in a child forked from the fuzzer, with all the live blocks of the input
+ * so far. The child's end is classified and must be one the mode allows
+ * (docs/SAFETY.md's tables): */
+enum { END_REPORT = 1, END_RAN_ON = 2, END_FAULT_AT_WRITE = 4 };
+#define END_ANY (END_REPORT | END_RAN_ON | END_FAULT_AT_WRITE)
+
+enum {
+  MU_DOUBLE_FREE,        /* free, free */
+  MU_DOUBLE_FREE_THREAD, /* free, then free by another thread */
+  MU_DOUBLE_FREE_RACE,   /* two threads free the block at the same moment */
+  MU_INTERIOR,           /* free of a pointer inside the block */
+  MU_REALLOC_FREED,      /* free, realloc */
+  MU_STACK,              /* free of a stack address */
+  MU_WRITE_FREED_MALLOC, /* free, a write into the freed block's first word, mallocs */
+  MU_WRITE_FREED_FREE,   /* free, a write into the freed block, free again */
+  MU_OVERFLOW,           /* a byte written just past the request, free */
+  NMISUSE
+};
+
+static const char *const misuse_name[NMISUSE] = {
+    "double free", "double free by another thread", "two frees at once", "free of an interior pointer",
+    "realloc of a freed block", "free of a stack address", "write into a freed block, then malloc",
+    "write into a freed block, then free", "overflow past the request, then free"};
+
+/* The ends each misuse may have at HAKMEM_SECURE=0, 1, 2. Writes into
+ * freed memory may fault at the write (a freed large block or page can be
+ * unmapped); default mode's known gaps (docs/SAFETY.md) may run on. */
+static const unsigned misuse_want[NMISUSE][3] = {
+    {END_REPORT, END_REPORT, END_REPORT},
+    {END_REPORT, END_REPORT, END_REPORT},
+    {END_REPORT | END_RAN_ON, END_REPORT, END_REPORT},
+    {END_REPORT, END_REPORT, END_REPORT},
+    {END_REPORT, END_REPORT, END_REPORT},
+    {END_REPORT, END_REPORT, END_REPORT},
+    {END_ANY, END_ANY, END_ANY},
+    {END_ANY, END_REPORT | END_FAULT_AT_WRITE, END_REPORT | END_FAULT_AT_WRITE},
+    {END_RAN_ON, END_REPORT, END_REPORT},
+};
+
+static int secure_mode; /* HAKMEM_SECURE, 0..2 */
+static volatile sig_atomic_t in_user_write;
+
+/* In a coverage build (tools/fuzz_coverage.sh) the child writes its
+ * profile before it dies, so the error paths it reached count. */
+extern int __llvm_profile_dump(void) __attribute__((weak));
+
+static void child_flush(void) {
+  if (__llvm_profile_dump) __llvm_profile_dump();
+}
+
+static void child_on_abort(int sig) {
+  (void)sig;
+  child_flush(); /* abort() then ends the process with SIGABRT */
+}
+
+static void child_on_fault(int sig) {
+  static const char msg[] = "fuzz_api child: fault outside the program's write\n";
+  if (!in_user_write) {
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+  }
+  child_flush();
+  _exit(in_user_write ? 70 : 71 + 0 * sig);
+}
+
+typedef struct {
+  void *p;
+  _Atomic int go;
+} race_arg;
+
+static void *free_thread(void *arg) {
+  race_arg *r = arg;
+  while (!r->go) {
+  }
+  hak_free(r->p);
+  return NULL;
+}
+
+/* A write the program makes into memory it does not own: the only place
+ * where a fault is the right end (a guard page, an unmapped freed block). */
+static void user_write(void *dst, const void *src, size_t n) {
+  in_user_write = 1;
+  memcpy(hkt_opaque_ptr(dst), src, n);
+  in_user_write = 0;
+}
+
+/* Runs in the child; returning means it ran on. */
+static void misuse_child(unsigned kind, size_t size, uint64_t val) {
+  unsigned char *p = hak_malloc(size);
+  unsigned char *keep = hak_malloc(size); /* the page stays in use */
+  if (p == NULL || keep == NULL) fail("misuse: malloc(%zu) returned NULL", size);
+  size_t usable = hak_malloc_usable_size(p);
+  pthread_t t[2];
+  race_arg ra = {p, 0};
+  switch (kind) {
+  case MU_DOUBLE_FREE:
+    hak_free(p);
+    hak_free(hkt_opaque_ptr(p));
+    break;
+  case MU_DOUBLE_FREE_THREAD:
+    hak_free(p);
+    ra.go = 1;
+    if (pthread_create(&t[0], NULL, free_thread, &ra) != 0) fail("pthread_create failed");
+    pthread_join(t[0], NULL);
+    break;
+  case MU_DOUBLE_FREE_RACE:
+    for (int i = 0; i < 2; i++)
+      if (pthread_create(&t[i], NULL, free_thread, &ra) != 0) fail("pthread_create failed");
+    ra.go = 1;
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    break;
+  case MU_INTERIOR:
+    hak_free(hkt_opaque_ptr(p + 1 + val % (usable > 1 ? usable - 1 : 1)));
+    break;
+  case MU_REALLOC_FREED:
+    hak_free(p);
+    p = hak_realloc(hkt_opaque_ptr(p), (size_t)val % (2 * size + 1));
+    break;
+  case MU_STACK: {
+    uint64_t local[4] = {val, 0, 0, 0};
+    hak_free(hkt_opaque_ptr((char *)local + 16 * (val & 1)));
+    break;
+  }
+  case MU_WRITE_FREED_MALLOC:
+  case MU_WRITE_FREED_FREE: {
+    hak_free(p);
+    /* val's low bits choose the write: zero, the low two bytes changed
+     * (a link redirected nearby), or a whole word of the input */
+    if ((val & 3) == 1) {
+      unsigned char b2[2];
+      in_user_write = 1; /* the read too may fault */
+      b2[0] = p[0] ^ (unsigned char)(val >> 8 | 1);
+      b2[1] = p[1] ^ (unsigned char)(val >> 16);
+      in_user_write = 0;
+      user_write(p, b2, 2);
+    } else {
+      uint64_t w = (val & 3) == 0 ? 0 : val;
+      user_write(p, &w, sizeof w);
+    }
+    if (kind == MU_WRITE_FREED_FREE) {
+      hak_free(hkt_opaque_ptr(p));
+      break;
+    }
+    hak_malloc_trim(0); /* hardened mode: the block leaves the quarantine */
+    for (int i = 0; i < NSLOTS; i++) { /* reuse: the slots take new blocks of this size */
+      if (slots[i].p != NULL) continue;
+      slots[i] = (slot){hak_malloc(size), size, size, 0};
+      if (slots[i].p == NULL) fail("misuse: malloc(%zu) after the write returned NULL", size);
+      slots[i].usable = hak_malloc_usable_size(slots[i].p);
+    }
+    if (secure_mode > 0 || (val & 3) != 1) check_overlaps("after a write into a freed block");
+    break;
+  }
+  case MU_OVERFLOW:
+    if (secure_mode == 0 && size >= usable) break; /* nothing past the request to write */
+    {
+      unsigned char c = (unsigned char)(val | 1); /* the canary's first byte is zero */
+      user_write(p + size, &c, 1);
+      hak_free(p);
+    }
+    break;
+  default:
+    break;
+  }
+  hak_free(keep);
+}
+
+static void misuse_op(const opargs *a) {
+  unsigned kind = (unsigned)(a->n % NMISUSE);
+  size_t size = a->size;
+  /* the writes stay within the size-class tiers: large blocks' memory is
+   * checked by guard pages (tests/test_misuse.c), and a stray write past a
+   * large request lands in its page's slack, unchecked */
+  if (kind >= MU_WRITE_FREED_MALLOC && size > ((size_t)1 << 20) - 64) size %= ((size_t)1 << 20) - 64;
+  if (kind >= MU_WRITE_FREED_MALLOC && size < 8) size = 8;
+  uint64_t val = (uint64_t)a->align * 0x9E3779B97F4A7C15ull ^ a->size;
+  int fds[2];
+  if (pipe(fds) != 0) fail("pipe failed");
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) fail("fork failed");
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], 2);
+    signal(SIGABRT, child_on_abort);
+    signal(SIGSEGV, child_on_fault);
+    signal(SIGBUS, child_on_fault);
+    misuse_child(kind, size, val);
+    child_flush();
+    _exit(0);
+  }
+  close(fds[1]);
+  char msg[1024] = {0};
+  ssize_t n = 0, r;
+  /* the first 1 KiB (the report), until the child's end; libFuzzer's
+   * timer signal interrupts the read */
+  char rest[256];
+  for (;;) {
+    int full = n == (ssize_t)sizeof msg - 1;
+    r = full ? read(fds[0], rest, sizeof rest) : read(fds[0], msg + n, sizeof msg - 1 - (size_t)n);
+    if (r == 0) break;
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail("reading the child's stderr: %s", strerror(errno));
+    }
+    if (!full) n += r;
+  }
+  close(fds[0]);
+  int st = 0;
+  while (waitpid(pid, &st, 0) != pid)
+    if (errno != EINTR) fail("waitpid failed: %s", strerror(errno));
+  unsigned end = 0;
+  if (WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && strstr(msg, "hakmem: error") != NULL)
+    end = END_REPORT;
+  else if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+    end = END_RAN_ON;
+  else if (WIFEXITED(st) && WEXITSTATUS(st) == 70)
+    end = END_FAULT_AT_WRITE;
+  if (!(end & misuse_want[kind][secure_mode]))
+    fail("misuse \"%s\" (%zu bytes, HAKMEM_SECURE=%d): the child ended with %s %d; its stderr: %s",
+         misuse_name[kind], size, secure_mode, WIFSIGNALED(st) ? "signal" : "status",
+         WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), msg);
 }
 
 /* ---- the entry point ---- */
@@ -524,11 +973,17 @@ static void run_on_helper(const opargs *a) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   reader r = {data, size, 0};
   seed_counter = 0;
+  if (inputs_run == 0) {
+    const char *env = getenv("HAKMEM_SECURE");
+    secure_mode = env ? atoi(env) : 0;
+    if (secure_mode < 0 || secure_mode > 2) secure_mode = secure_mode < 0 ? 0 : 2;
+  }
   while (r.i < r.n) {
     unsigned b = rd8(&r);
     opargs a;
     memset(&a, 0, sizeof a);
-    a.op = (b & 0x7f) % NOPS;
+    unsigned x = b & 0x7f;
+    a.op = x < 0x70 ? x % NOPS_BASIC : NOPS_BASIC + (x - 0x70) % (NOPS - NOPS_BASIC);
     a.s = (int)(rd8(&r) % NSLOTS);
     switch (a.op) {
     case OP_MALLOC:
@@ -551,22 +1006,70 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case OP_FREE_SIZED:
     case OP_IMPOSSIBLE:
     case OP_NULLS:
+    case OP_STATS:
       a.n = rd8(&r);
       a.size = rd8(&r);
+      break;
+    case OP_BULK_ALLOC: /* count, size (the slot byte is a third of the size choice), variant */
+      a.n = 1 + rd16(&r) % 1024;
+      a.size = (size_t)a.s & 1 ? rd_size(&r) : rd8(&r) * (size_t)(1 + a.s);
+      a.align = rd8(&r);
+      break;
+    case OP_BULK_FREE:
+    case OP_RACE_FREE:
+    case OP_HELPER_EXIT_RACE:
+      a.n = rd8(&r);
+      a.align = rd8(&r) & 1;
+      a.size = (size_t)a.s & 1; /* the slots too */
+      break;
+    case OP_MISUSE:
+      a.n = rd8(&r);
+      a.size = rd_size(&r);
+      a.align = rd16(&r);
       break;
     default:
       break;
     }
-    if (a.op == OP_RESTART_HELPER) {
+    switch (a.op) {
+    case OP_RESTART_HELPER:
       helper_stop();
       continue;
+    case OP_RACE_FREE:
+      race_free(&a);
+      break;
+    case OP_HELPER_EXIT_RACE:
+      helper_exit_race(&a);
+      break;
+    case OP_MISUSE:
+      misuse_op(&a);
+      continue;
+    case OP_STATS:
+      stats_op(&a);
+      continue;
+    default:
+      if (b & 0x80)
+        run_on_helper(&a);
+      else
+        run_op(&a);
+      break;
     }
-    if (b & 0x80)
-      run_on_helper(&a);
-    else
-      run_op(&a);
+    if (a.op == OP_BULK_FREE || a.op == OP_RACE_FREE || a.op == OP_HELPER_EXIT_RACE) bulk_compact();
   }
   /* inputs are independent: free everything (alternating threads) */
+  if (nbulk != 0) {
+    opargs a = {OP_BULK_FREE, 0, 0, 0, 0};
+    if (h_running) {
+      a.align = 2; /* half 0 here, half 1 on the helper */
+      opargs h = a;
+      h.align = 4;
+      helper_post(&h);
+      run_op(&a);
+      helper_wait();
+    } else {
+      run_op(&a);
+    }
+    bulk_compact();
+  }
   for (int s = 0; s < NSLOTS; s++) {
     if (slots[s].p == NULL) continue;
     opargs a = {OP_FREE, s, 0, 0, 0};

@@ -1,0 +1,76 @@
+#!/bin/sh
+# How much of hakmem the fuzz corpus reaches (docs/SAFETY.md, "Fuzzing").
+#
+#   tools/fuzz_coverage.sh [--min PCT] [BUILD_DIR] [CORPUS ...]
+#
+# Builds tests/fuzz_replay with clang's source-based coverage
+# (HAKMEM_SANITIZE=coverage, in BUILD_DIR, default build-cov), replays the
+# corpus (default tests/fuzz_corpus) once in each mode (HAKMEM_SECURE=0, 1,
+# 2), and prints llvm-cov's report for src/*.c: per mode, then the union.
+# The misuse operations' forked children write their profiles too (before
+# they abort), so the error paths they reach count. A branch is one outcome
+# of a condition (llvm-cov's "Branches"); a branch is covered when some
+# input took it in some mode. --min PCT: exit 1 if the union's branch
+# coverage is below PCT.
+set -eu
+
+min=""
+if [ "${1:-}" = "--min" ]; then
+  min=$2
+  shift 2
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-cov}
+[ $# -gt 0 ] && shift
+[ $# -eq 0 ] && set -- "$root/tests/fuzz_corpus"
+
+cc=${CC:-clang}
+case $cc in *clang*) ;; *) cc=clang ;; esac
+cxx=$(echo "$cc" | sed 's/clang/clang++/')
+# llvm-profdata and llvm-cov of clang's own version (the raw profile format changes between versions)
+ver=$("$cc" -dumpversion | cut -d. -f1)
+profdata=llvm-profdata-$ver
+llvmcov=llvm-cov-$ver
+command -v "$profdata" >/dev/null 2>&1 || profdata=llvm-profdata
+command -v "$llvmcov" >/dev/null 2>&1 || llvmcov=llvm-cov
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHAKMEM_SANITIZE=coverage \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
+cmake --build "$build" -j "$(nproc)" --target fuzz_replay >/dev/null
+
+prof=$build/profiles
+rm -rf "$prof"
+mkdir -p "$prof"
+srcs=$(ls "$root"/src/*.c)
+for mode in 0 1 2; do
+  # %4m: the process and every forked child merge into a pool of 4 files
+  HAKMEM_SECURE=$mode LLVM_PROFILE_FILE="$prof/mode$mode-%4m.profraw" \
+    "$build/tests/fuzz_replay" "$@" >"$prof/replay$mode.log" 2>&1 ||
+    { tail -5 "$prof/replay$mode.log"; echo "fuzz_coverage: replay failed (HAKMEM_SECURE=$mode)"; exit 1; }
+  "$profdata" merge -o "$prof/mode$mode.profdata" "$prof"/mode$mode-*.profraw
+done
+"$profdata" merge -o "$prof/all.profdata" "$prof"/mode*.profdata
+
+# llvm-cov's TOTAL line: regions, missed, %, functions, missed, %, lines,
+# missed, %, branches, missed, %
+summary() {
+  "$llvmcov" report "$build/tests/fuzz_replay" -instr-profile="$1" $srcs | awk '
+    /^TOTAL/ { printf "branches %d of %d (%s), regions %d of %d (%s), functions %d of %d (%s)\n",
+                 $11 - $12, $11, $13, $2 - $3, $2, $4, $5 - $6, $5, $7 }'
+}
+echo "fuzz_coverage: $(ls "$@" | wc -l) inputs; hakmem's src/*.c reached:"
+for mode in 0 1 2; do
+  echo "  HAKMEM_SECURE=$mode: $(summary "$prof/mode$mode.profdata")"
+done
+line=$(summary "$prof/all.profdata")
+echo "  all three modes: $line"
+echo "per file (all three modes):"
+"$llvmcov" report "$build/tests/fuzz_replay" -instr-profile="$prof/all.profdata" $srcs |
+  awk 'NR > 2 && !/^-/ && !/^TOTAL/ { printf "  %-14s branches %4d of %4d (%s)\n", $1, $11 - $12, $11, $13 }'
+if [ -n "$min" ]; then
+  pct=$(echo "$line" | sed 's/^branches [0-9]* of [0-9]* (\([0-9.]*\)%).*/\1/')
+  if awk -v p="$pct" -v m="$min" 'BEGIN { exit !(p < m) }'; then
+    echo "fuzz_coverage: branch coverage $pct% is below $min%"
+    exit 1
+  fi
+fi
