@@ -391,9 +391,8 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
   hk_lock(&hk_large_lock);
   size_t recent = recent_live_locked(hk_os_now_ms(), size);
   unsigned k = bin_of(need), best = NIL;
-  /* entries of bin k may be smaller than need (hardened mode looks at
-   * each: its mappings of a size are all in the bin below that size's) */
-  if (bin_size(k) < need && !hk_secure) k++;
+  /* entries of bin k may be smaller than need */
+  if (bin_size(k) < need) k++;
   for (unsigned b = k; b <= k + NEAR_BINS && b < NBINS; b++) {
     unsigned i = bin_first(b, off, need);
     if (i != NIL && (best == NIL || (ent[i].resident && !ent[best].resident))) best = i;
@@ -502,9 +501,10 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   size_t span = colored ? LARGE_HEAD + HK_OS_PAGE - 64 : off; /* the largest coloured offset */
   size_t need = round_page(span + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
   bool detach = align >= HK_REGION_SIZE;
-  /* the mapping's size: rounded to its cache bin (not under a limit, nor
-   * hardened: the tail guard must follow the data) */
-  size_t want = tight || hk_secure || detach ? need : bin_round(need);
+  /* the mapping's size: rounded to its cache bin (not under a limit), so
+   * that a cached mapping serves the sizes of its bin whole; hardened mode
+   * guards the page right after the block (move_tail_guard) */
+  size_t want = tight || detach ? need : bin_round(need);
   hk_region *r = detach ? NULL : cache_take(need, want, off, size);
   /* a reused mapping keeps its colour: a program that reuses the block
    * writes the same lines, which may still be cached */
@@ -523,6 +523,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
     }
     r->user_offset = off;
     place_guards(r); /* once per mapping: a cached one keeps them */
+    if (hk_secure) move_tail_guard(r, need - HK_GUARD); /* (nothing to lift: cannot fail) */
     set_head_guard(r, guarded);
     if (detach) {
       r->large_detached = 1;
