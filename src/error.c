@@ -52,4 +52,8 @@ void hk_fatal_in(const char *who, const char *what, const void *p) {
 
 void hk_fatal(const char *what, const void *p) { hk_fatal_in(NULL, what, p); }
 
-
+/* hk_cache_next's report: out of line, so the check adds no call setup to
+ * the paths it guards. */
+void hk_cache_corrupted(const hk_block *b) {
+  hk_fatal("free list corrupted (a freed block's link in the thread's cache was overwritten)", b);
+}

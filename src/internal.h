@@ -245,10 +245,25 @@ HK_INLINE void hk_heap_note_active(hk_heap *h) {
 /* ---- remote.c: frees of other heaps' blocks, the thread cache ---- */
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self); /* (the order free() has them in) */
 void hk_secure_quarantine_flush(hk_heap *h); /* hardened mode's quarantine, back to the pages */
-/* A cached block links to the next through its second word (blocks of 16
- * bytes and more), XOR-ed with its heap's list key; its first word is the
- * foreign tag. */
-HK_INLINE hk_block *hk_cache_next(const hk_heap *h, const hk_block *b) { return (hk_block *)((&b->link)[1] ^ h->list_key); }
+/* A cached (or stashed) block links to the next through its second word
+ * (blocks of 16 bytes and more); its first word is the foreign tag. The
+ * link holds the next block's address XOR-ed with the heap's list key in
+ * its low HK_VA_BITS (48) bits, where every block lies (the ownership map
+ * covers no more), and a keyed 16-bit hash of that address in the top 16:
+ * a link the program overwrote in a freed block matches its hash with odds
+ * of 2^-16, and is reported before anything is read through it. */
+#define HK_LINK_ADDR (((uintptr_t)1 << HK_VA_BITS) - 1)
+HK_INLINE uintptr_t hk_link_hash(const hk_heap *h, uintptr_t a) { return (a * (h->list_key | 1)) >> HK_VA_BITS; }
+HK_INLINE uintptr_t hk_cache_link(const hk_heap *h, const hk_block *next) {
+  uintptr_t a = (uintptr_t)next;
+  return ((a ^ h->list_key) & HK_LINK_ADDR) | hk_link_hash(h, a) << HK_VA_BITS;
+}
+HK_NOINLINE HK_COLD __attribute__((noreturn)) void hk_cache_corrupted(const hk_block *b);
+HK_INLINE hk_block *hk_cache_next(const hk_heap *h, const hk_block *b) {
+  uintptr_t w = (&b->link)[1], a = (w ^ h->list_key) & HK_LINK_ADDR;
+  if (HK_UNLIKELY(w >> HK_VA_BITS != hk_link_hash(h, a))) hk_cache_corrupted(b);
+  return (hk_block *)a;
+}
 /* Take b, the class's first cached block, as a live block. */
 HK_INLINE void *hk_cache_pop(hk_heap *h, size_t cls, hk_block *b) {
   h->cache_first[cls] = hk_cache_next(h, b);

@@ -212,7 +212,7 @@ static bool stash_put(hk_heap *h, hk_page *page) {
   page->free = hk_link_next(b, page->key);
   page->used++;
   b->link = hk_foreign_tag(page);
-  (&b->link)[1] = (uintptr_t)h->stash[page->cls] ^ h->list_key;
+  (&b->link)[1] = hk_cache_link(h, h->stash[page->cls]);
   h->stash[page->cls] = b;
   h->stash_bytes += bs;
   return true;

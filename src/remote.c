@@ -178,7 +178,7 @@ static void cache_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
     hk_block *cut = h->cache_first[cls];
     for (uint32_t i = 1; i < keep; i++) cut = hk_cache_next(h, cut);
     b = hk_cache_next(h, cut);
-    (&cut->link)[1] = h->list_key; /* (NULL) */
+    (&cut->link)[1] = hk_cache_link(h, NULL);
   }
   h->cache_bytes -= (held - keep) * hk_class_size[cls];
   h->cache_room[cls] = (uint16_t)(hk_class_cache_max[cls] - keep);
@@ -334,7 +334,7 @@ HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_b
   /* (without a branch: local and remote frees come in any order) */
   self->cache_remote += (uint32_t)(owner != self);
   b->link = hk_foreign_tag(page);
-  (&b->link)[1] = (uintptr_t)self->cache_first[cls] ^ self->list_key;
+  (&b->link)[1] = hk_cache_link(self, self->cache_first[cls]);
   self->cache_first[cls] = b;
   self->cache_room[cls]--;
   self->cache_bytes += hk_class_size[cls];

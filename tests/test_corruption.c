@@ -263,6 +263,57 @@ static void overflow_into_free(void) {
   give(a);
 }
 
+/* a freed block that its thread holds off its page (the default mode's
+ * stash: blocks of about 1 MiB alone in their span; the thread cache:
+ * other threads' blocks), its second word (the hold's link) overwritten,
+ * then mallocs of its size */
+static void stash_uaf_write(void) {
+  char *keep = (char *)take(999 * KiB);
+  char *p = (char *)take(999 * KiB), *q = (char *)take(999 * KiB);
+  (void)keep;
+  give(q);
+  give(p); /* (the last one held is the list's head) */
+  phase = PHASE_WRITE;
+  ((void **)hkt_opaque_ptr(p))[1] = chosen;
+  phase = PHASE_SETUP;
+  hold(chosen, sizeof chosen);
+  settle();
+  take_n(999 * KiB, 3);
+}
+
+static pthread_barrier_t owner_ready, owner_done;
+static char *owned[400];
+/* the blocks' owner: allocates them, then stays alive (an owner that has
+ * exited gets its blocks back at once, uncached) */
+static void *owner_thread(void *unused) {
+  (void)unused;
+  for (int i = 0; i < 400; i++) CHECK((owned[i] = (char *)API(malloc)(48)) != NULL, "malloc failed");
+  pthread_barrier_wait(&owner_ready);
+  pthread_barrier_wait(&owner_done);
+  return NULL;
+}
+static void cache_uaf_write(void) {
+  pthread_barrier_init(&owner_ready, NULL, 2);
+  pthread_barrier_init(&owner_done, NULL, 2);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, owner_thread, NULL) == 0, "pthread_create failed");
+  pthread_barrier_wait(&owner_ready);
+  /* frees of another thread's blocks fill this thread's cache (cache mode) */
+  phase = PHASE_CALL;
+  for (int i = 0; i < 399; i++) API(free)(hkt_opaque_ptr(owned[i]));
+  phase = PHASE_SETUP;
+  char *p = owned[399];
+  give(p);
+  phase = PHASE_WRITE;
+  ((void **)hkt_opaque_ptr(p))[1] = chosen;
+  phase = PHASE_SETUP;
+  hold(chosen, sizeof chosen);
+  settle();
+  take_many(48);
+  pthread_barrier_wait(&owner_done);
+  pthread_join(t, NULL);
+}
+
 typedef struct {
   const char *name;
   void (*fn)(void);
@@ -297,6 +348,12 @@ static const scenario scenarios[] = {
      * guard page; with a colour of 0 the write faults) */
     {"64 bytes before an 8 MiB block overwritten, then freed", large_underflow, {R | W, W, W}, {N, 0, 0}},
     {"16-byte overflow from a live block into the next, free block, then malloc", overflow_into_free, {R, R, R},
+     {0, 0, 0}},
+    /* (hardened mode holds neither: the block waits on its page's list,
+     * whose link is its first word, and its second word is the program's) */
+    {"a freed 1 MiB block held by its thread, its second word overwritten, then mallocs", stash_uaf_write,
+     {R, N, N}, {0, 0, 0}},
+    {"a block freed into the thread cache, its second word overwritten, then mallocs", cache_uaf_write, {R, N, N},
      {0, 0, 0}},
 };
 #undef R
