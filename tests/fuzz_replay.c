@@ -1,6 +1,8 @@
 /* fuzz_replay: runs fuzz_api's LLVMFuzzerTestOneInput once on each input
  * file, without libFuzzer, so any compiler can build the regression test.
- *   fuzz_replay FILE|DIR ...   (a directory: every regular file in it, sorted)
+ *   fuzz_replay [FILE|DIR ...]   (a directory: every regular file in it, sorted;
+ *                                none: the corpus the build names, HKT_FUZZ_CORPUS_DIR,
+ *                                as tests/options_matrix.sh runs it)
  * ctest runs it on tests/fuzz_corpus/: every input that ever crashed the
  * fuzzer goes there and is replayed by every build (docs/SAFETY.md). */
 #ifndef _GNU_SOURCE
@@ -49,6 +51,13 @@ static int replay_file(const char *path) {
 
 int main(int argc, char **argv) {
   int failed = 0, count = 0;
+#ifdef HKT_FUZZ_CORPUS_DIR
+  char *corpus[] = {argv[0], (char *)HKT_FUZZ_CORPUS_DIR, NULL};
+  if (argc == 1) {
+    argc = 2;
+    argv = corpus;
+  }
+#endif
   for (int i = 1; i < argc; i++) {
     struct stat st;
     if (stat(argv[i], &st) != 0) {

@@ -6,12 +6,13 @@
 # Builds tests/fuzz_replay with clang's source-based coverage
 # (HAKMEM_SANITIZE=coverage, in BUILD_DIR, default build-cov), replays the
 # corpus (default tests/fuzz_corpus) once in each mode (HAKMEM_SECURE=0, 1,
-# 2), and prints llvm-cov's report for src/*.c: per mode, then the union.
-# The misuse operations' forked children write their profiles too (before
-# they abort), so the error paths they reach count. A branch is one outcome
-# of a condition (llvm-cov's "Branches"); a branch is covered when some
-# input took it in some mode. --min PCT: exit 1 if the union's branch
-# coverage is below PCT.
+# 2), then (with no CORPUS given) under each option value of
+# tests/options_matrix.sh, and prints llvm-cov's report for src/*.c: per
+# mode, then the union of every run. The misuse operations' forked children
+# write their profiles too (before they abort), so the error paths they
+# reach count. A branch is one outcome of a condition (llvm-cov's
+# "Branches"); a branch is covered when some input took it in some run.
+# --min PCT: exit 1 if the union's branch coverage is below PCT.
 set -eu
 
 min=""
@@ -22,7 +23,11 @@ fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-cov}
 [ $# -gt 0 ] && shift
-[ $# -eq 0 ] && set -- "$root/tests/fuzz_corpus"
+matrix=0
+if [ $# -eq 0 ]; then
+  set -- "$root/tests/fuzz_corpus"
+  matrix=1
+fi
 
 cc=${CC:-clang}
 case $cc in *clang*) ;; *) cc=clang ;; esac
@@ -49,7 +54,13 @@ for mode in 0 1 2; do
     { tail -5 "$prof/replay$mode.log"; echo "fuzz_coverage: replay failed (HAKMEM_SECURE=$mode)"; exit 1; }
   "$profdata" merge -o "$prof/mode$mode.profdata" "$prof"/mode$mode-*.profraw
 done
-"$profdata" merge -o "$prof/all.profdata" "$prof"/mode*.profdata
+if [ $matrix = 1 ]; then
+  # fuzz_replay with no argument replays tests/fuzz_corpus
+  LLVM_PROFILE_FILE="$prof/matrix-%4m.profraw" sh "$root/tests/options_matrix.sh" "$build" >"$prof/matrix.log" 2>&1 ||
+    { tail -5 "$prof/matrix.log"; echo "fuzz_coverage: the options matrix failed"; exit 1; }
+  "$profdata" merge -o "$prof/matrix.profdata" "$prof"/matrix-*.profraw
+fi
+"$profdata" merge -o "$prof/all.profdata" "$prof"/mode*.profdata $( [ $matrix = 1 ] && echo "$prof/matrix.profdata")
 
 # llvm-cov's TOTAL line: regions, missed, %, functions, missed, %, lines,
 # missed, %, branches, missed, %
@@ -63,8 +74,10 @@ for mode in 0 1 2; do
   echo "  HAKMEM_SECURE=$mode: $(summary "$prof/mode$mode.profdata")"
 done
 line=$(summary "$prof/all.profdata")
-echo "  all three modes: $line"
-echo "per file (all three modes):"
+[ $matrix = 1 ] &&
+  echo "  the options matrix ($(tail -1 "$prof/matrix.log" | sed 's/.*: \([0-9]*\) runs.*/\1/') runs): $(summary "$prof/matrix.profdata")"
+echo "  every run: $line"
+echo "per file (every run):"
 "$llvmcov" report "$build/tests/fuzz_replay" -instr-profile="$prof/all.profdata" $srcs |
   awk 'NR > 2 && !/^-/ && !/^TOTAL/ { printf "  %-14s branches %4d of %4d (%s)\n", $1, $11 - $12, $11, $13 }'
 if [ -n "$min" ]; then
