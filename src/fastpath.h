@@ -16,6 +16,17 @@
 
 #include "internal.h"
 
+/* A build hardened by default (-DHAKMEM_SECURE_DEFAULT=ON) is hardened for
+ * good (the environment can only raise it to zero mode), so its fast paths
+ * go straight to hardened mode's malloc and free. A default build reaches
+ * them through the cache mode's paths instead (secure.c), at no cost to
+ * its own fast paths. */
+#if defined(HAKMEM_SECURE_DEFAULT) && HAKMEM_SECURE_DEFAULT
+#define HK_HARDENED_BUILD 1
+#else
+#define HK_HARDENED_BUILD 0
+#endif
+
 /* Pop the first free block of `page`, the current page of size's class.
  * The one test of the list's head (hk_list_head_ok) finds both the list's
  * end and a corrupted link; hk_malloc_no_head tells them apart. */
@@ -26,6 +37,7 @@ HK_INLINE void *hk_malloc_from(hk_heap *heap, hk_page *page, size_t size) {
 
 HK_INLINE void *hk_malloc_fast(size_t size) {
   hk_heap *heap = hk_tls_heap;
+  if (HK_HARDENED_BUILD) return hk_secure_malloc(size, heap);
   /* blocks of other threads freed here come first (remote.c) */
   if (HK_UNLIKELY(heap->free_owner != heap)) return hk_malloc_cached(size, heap);
   hk_page *page;
@@ -46,6 +58,10 @@ HK_INLINE void hk_free_to_page(hk_page *page, void *p, void (*invalid)(void *)) 
   if (HK_LIKELY(hk_is_carved_block(page, (uintptr_t)p))) {
     hk_heap *heap = hk_tls_heap;
     hk_block *b = (hk_block *)p;
+    if (HK_HARDENED_BUILD) {
+      hk_secure_free(b, page, heap);
+      return;
+    }
     /* the thread's own block, unless the thread is in cache mode: then
      * every free goes to its cache (remote.c, free_owner) */
     if (HK_LIKELY(hk_load_relaxed(&page->heap) == heap->free_owner)) {

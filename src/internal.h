@@ -244,6 +244,7 @@ HK_INLINE void hk_heap_note_active(hk_heap *h) {
 
 /* ---- remote.c: frees of other heaps' blocks, the thread cache ---- */
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self); /* (the order free() has them in) */
+void hk_secure_free(hk_block *b, hk_page *page, hk_heap *self);   /* hardened mode's free of a carved block */
 void hk_secure_quarantine_flush(hk_heap *h); /* hardened mode's quarantine, back to the pages */
 /* A cached (or stashed) block links to the next through its second word
  * (blocks of 16 bytes and more); its first word is the foreign tag. The

@@ -312,11 +312,12 @@ static HK_NOINLINE void secure_free_other(hk_block *b, hk_page *page, hk_heap *s
 }
 
 /* Hardened mode sends every free here (pages store their owner tagged, so
- * the fast path's owner test never matches): the block map's test of a
+ * the fast path's owner test never matches; a build hardened by default
+ * calls it from the fast path, fastpath.h): the block map's test of a
  * double free (secure.h), the canary's and the trailer's, no cache.
  * (hk_heap_empty owns no page, so its tag matches none.) Every call is a
  * tail call, so that the common path saves no registers. */
-static HK_NOINLINE void secure_free(hk_block *b, hk_page *page, hk_heap *self) {
+HK_NOINLINE void hk_secure_free(hk_block *b, hk_page *page, hk_heap *self) {
   bool mine = hk_load_acquire(&page->heap) == (hk_heap *)((uintptr_t)self | 1);
   if (HK_UNLIKELY(!mine || hk_secure_zero)) {
     secure_free_other(b, page, self, mine);
@@ -388,7 +389,7 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
       return;
     }
     if (hk_secure) {
-      secure_free(b, page, self);
+      hk_secure_free(b, page, self);
       return;
     }
     /* Only the owner may walk the page's lists to confirm, and pushing the
@@ -404,7 +405,7 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
    * owner that is this thread is neither NULL nor idle. */
   if (HK_UNLIKELY(self->cache_room[cls] == 0 || self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES ||
                   owner == NULL || owner_idle(self, owner))) {
-    if (hk_secure) secure_free(b, page, self); /* (every class's room is 0 then: init.c) */
+    if (hk_secure) hk_secure_free(b, page, self); /* (every class's room is 0 then: init.c) */
     else free_remote_other(b, page, self, owner);
     return;
   }

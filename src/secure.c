@@ -7,7 +7,8 @@
  * their own: its heaps stay in cache mode (free_owner), which sends malloc
  * to hk_malloc_cached and on to hk_secure_malloc, and its pages' owners are
  * tagged (hk_owner_tag), which sends free to the cache's path and on to
- * secure_free (remote.c). Its thread caches and stash hold nothing, so no
+ * hk_secure_free (remote.c); a build hardened by default calls both from
+ * its fast paths (fastpath.h). Its thread caches and stash hold nothing, so no
  * other way hands out a block unmarked. */
 #include "internal.h"
 #include "secure.h"
