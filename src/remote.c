@@ -248,16 +248,14 @@ HK_INLINE bool owner_idle(const hk_heap *self, const hk_heap *owner) {
 }
 
 /* The first word of a block in the quarantine: secret (the page key), and
- * different for every block. */
-static uintptr_t quarantine_tag(const hk_page *page, const hk_block *b) {
-  return ~hk_secure_mix(page, b);
-}
+ * different for every block (`mix`: the block's hk_secure_mix). */
+static uintptr_t quarantine_tag(uintptr_t mix) { return ~mix; }
 
 /* A block leaves the quarantine for its page's free list: its first word
  * must be as the quarantine left it (a write after free would be lost
  * under the link written now). */
 static void quarantine_out(hk_heap *h, hk_page *page, hk_block *b) {
-  if (HK_UNLIKELY(b->link != quarantine_tag(page, b)))
+  if (HK_UNLIKELY(b->link != quarantine_tag(hk_secure_mix(page, b))))
     hk_fatal("write after free detected (a freed block was modified)", b);
   if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(h, page);
 }
@@ -270,8 +268,8 @@ static void quarantine_out(hk_heap *h, hk_page *page, hk_block *b) {
  * and a write into its first word when it leaves. Blocks above
  * HK_QUARANTINE_BLOCK_MAX go back at once: the quarantine holds the
  * blocks, and keeps their pages from emptying. */
-static void quarantine(hk_heap *h, hk_page *page, hk_block *b) {
-  b->link = quarantine_tag(page, b);
+static void quarantine(hk_heap *h, hk_page *page, hk_block *b, uintptr_t mix) {
+  b->link = quarantine_tag(mix);
   uint64_t x = h->quarantine_rng;
   x ^= x << 13;
   x ^= x >> 7;
@@ -300,10 +298,10 @@ void hk_secure_quarantine_flush(hk_heap *h) {
 static HK_NOINLINE void secure_free_other(hk_block *b, hk_page *page, hk_heap *self, bool mine) {
   if (mine) hk_secure_give(page, b);
   else hk_secure_give_remote(page, b);
-  hk_secure_check(page, b);
+  uintptr_t mix = hk_secure_check(page, b);
   if (hk_secure_zero) memset(b, 0, page->block_size);
   if (mine) {
-    if (page->block_size <= HK_QUARANTINE_BLOCK_MAX) quarantine(self, page, b);
+    if (page->block_size <= HK_QUARANTINE_BLOCK_MAX) quarantine(self, page, b, mix);
     else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
     return;
   }
@@ -324,8 +322,8 @@ HK_NOINLINE void hk_secure_free(hk_block *b, hk_page *page, hk_heap *self) {
     return;
   }
   hk_secure_give(page, b);
-  hk_secure_check(page, b);
-  if (HK_LIKELY(page->block_size <= HK_QUARANTINE_BLOCK_MAX)) quarantine(self, page, b);
+  uintptr_t mix = hk_secure_check(page, b);
+  if (HK_LIKELY(page->block_size <= HK_QUARANTINE_BLOCK_MAX)) quarantine(self, page, b, mix);
   else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
 }
 

@@ -61,13 +61,15 @@ HK_INLINE size_t hk_secure_size_of(const hk_page *page, const hk_block *b) {
   return size;
 }
 
-/* The trailer and the canary of a block about to be freed are intact. */
-HK_INLINE void hk_secure_check(const hk_page *page, const hk_block *b) {
+/* The trailer and the canary of a block about to be freed are intact.
+ * Returns the block's secret (hk_secure_mix), which the checks computed. */
+HK_INLINE uintptr_t hk_secure_check(const hk_page *page, const hk_block *b) {
   size_t size = hk_secure_size_of(page, b);
   uint64_t w;
   memcpy(&w, (const char *)b + size, sizeof w);
   if (HK_UNLIKELY(w != hk_secure_canary(page, b)))
     hk_fatal("heap buffer overflow detected (canary after the block overwritten)", (const char *)b + size);
+  return hk_secure_mix(page, b);
 }
 
 /* ---- the block map ----
