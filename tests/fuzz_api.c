@@ -645,14 +645,22 @@ static void helper_start(void) {
 }
 
 /* The helper exits: its heap is abandoned with blocks still live in it. */
-static void helper_stop(void) {
-  if (!h_running) return;
+static void helper_tell_exit(void) {
   pthread_mutex_lock(&h_mu);
   h_exit = 1;
   pthread_cond_broadcast(&h_cv);
   pthread_mutex_unlock(&h_mu);
+}
+
+static void helper_join(void) {
   pthread_join(h_thread, NULL);
   h_running = 0;
+}
+
+static void helper_stop(void) {
+  if (!h_running) return;
+  helper_tell_exit();
+  helper_join();
 }
 
 /* Hands the helper an operation; helper_wait() waits for it to finish. In
@@ -697,16 +705,12 @@ static void race_free(const opargs *a) {
  * the main thread frees blocks, many of them the helper's. */
 static void helper_exit_race(const opargs *a) {
   if (!h_running) return;
-  pthread_mutex_lock(&h_mu);
-  h_exit = 1;
-  pthread_cond_broadcast(&h_cv);
-  pthread_mutex_unlock(&h_mu);
+  helper_tell_exit();
   opargs m = *a;
   m.op = OP_BULK_FREE;
   m.align &= 1;
   run_op(&m);
-  pthread_join(h_thread, NULL);
-  h_running = 0;
+  helper_join();
 }
 
 /* Counters and the calls that only report: must not crash or change any
@@ -1061,16 +1065,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* inputs are independent: free everything (alternating threads) */
   if (nbulk != 0) {
     opargs a = {OP_BULK_FREE, 0, 0, 0, 0};
-    if (h_running) {
-      a.align = 2; /* half 0 here, half 1 on the helper */
-      opargs h = a;
-      h.align = 4;
-      helper_post(&h);
+    if (h_running)
+      race_free(&a); /* half here, half on the helper */
+    else
       run_op(&a);
-      helper_wait();
-    } else {
-      run_op(&a);
-    }
     bulk_compact();
   }
   for (int s = 0; s < NSLOTS; s++) {
