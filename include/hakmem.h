@@ -14,6 +14,7 @@
 #define HAKMEM_H
 
 #include <stddef.h>
+#include <stdio.h>
 #if defined(__linux__) && defined(__has_include)
 #if __has_include(<malloc.h>)
 #include <malloc.h> /* struct mallinfo2 (glibc >= 2.33) */
@@ -68,10 +69,82 @@ void hak_cfree(void *ptr);
 int hak_mallopt(int param, int value);
 
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-/* arena/uordblks/fordblks: bytes in small/medium regions, in use, free;
- * hblks/hblkhd: live large blocks and their bytes. */
+/* arena: bytes of small/medium regions; uordblks: their live blocks' bytes
+ * (at their classes' sizes) plus hblkhd; fordblks: the rest of the regions
+ * plus cached large mappings; ordblks: free blocks carved in pages;
+ * hblks/hblkhd: live large blocks and their mapped bytes. Exact as
+ * hak_stats_get's figures are. */
 struct mallinfo2 hak_mallinfo2(void);
 #endif
+
+/* ---- statistics a program can read (docs/STATS.md) ----
+ *
+ * hak_stats_get(&s, sizeof s) fills s with what hakmem holds now and its
+ * counters since start. The size argument keeps programs built against an
+ * older header working: the library fills only the first `size` bytes
+ * (fields are only ever added at the end) and sets s.size to the bytes it
+ * filled. Returns 0, or -1 with errno EINVAL if size is below
+ * HAK_STATS_MIN_SIZE. It allocates nothing and takes no lock that a
+ * malloc or free of the caller's holds.
+ *
+ * Live figures are exact when no other thread allocates or frees during
+ * the call, whichever threads allocated and freed the blocks before; a
+ * call racing with other threads' mallocs and frees gets each page's
+ * figures as of some moment during the call. A block counts at its size
+ * class's size (what malloc_usable_size returns), a large block at the
+ * size asked for. */
+#define HAK_STATS_VERSION 1
+#define HAK_STATS_CLASSES 128 /* entries of classes[]; nclasses says how many are used */
+
+struct hak_stats_class {
+  unsigned long long block_size;  /* the most a block of the class holds, bytes */
+  unsigned long long live_blocks; /* handed out and not freed */
+  unsigned long long live_bytes;  /* live_blocks * block_size */
+  unsigned long long free_blocks; /* carved in the class's pages and free (in a thread's cache too) */
+  unsigned long long pages;       /* pages of the class in use */
+  unsigned long long page_bytes;  /* bytes of those pages' spans */
+};
+
+struct hak_stats {
+  unsigned version;                /* HAK_STATS_VERSION of the library that filled it */
+  unsigned nclasses;               /* entries of classes[] filled */
+  unsigned long long size;         /* bytes of this struct the library filled */
+  /* now */
+  unsigned long long live_bytes;   /* small + large live bytes */
+  unsigned long long live_blocks;  /* small + large live blocks */
+  unsigned long long small_live_bytes, small_live_blocks; /* blocks of size classes (up to 1 MiB) */
+  unsigned long long large_live_bytes, large_live_blocks; /* blocks mapped one by one */
+  unsigned long long mapped_bytes;        /* address space mapped for blocks: regions + large mappings */
+  unsigned long long region_bytes;        /* 4 MiB regions mapped (small blocks) */
+  unsigned long long page_bytes;          /* bytes of regions' spans serving pages now */
+  unsigned long long large_mapped_bytes;  /* large mappings, cached ones included */
+  unsigned long long large_cached_bytes;  /* freed large blocks kept mapped for reuse */
+  unsigned long long resident_bytes;      /* the process's resident memory (RSS) */
+  unsigned long long peak_resident_bytes; /* its peak */
+  unsigned long long threads;             /* threads with a heap now */
+  /* counters since start */
+  unsigned long long threads_started;     /* heaps taken by threads */
+  unsigned long long threads_exited;
+  unsigned long long remote_frees;        /* frees of another thread's block */
+  unsigned long long purges;              /* madvise calls that gave memory back */
+  unsigned long long purged_bytes;        /* bytes they gave back */
+  unsigned long long large_allocs, large_frees, large_cache_hits;
+  unsigned long long regions_mapped, regions_unmapped;
+  struct hak_stats_class classes[HAK_STATS_CLASSES]; /* by block size, smallest first */
+};
+#define HAK_STATS_MIN_SIZE 16 /* version, nclasses and size */
+
+int hak_stats_get(struct hak_stats *out, size_t size);
+
+/* The same figures as one JSON object (docs/STATS.md has its schema),
+ * written to buf with a terminating NUL if it fits in size bytes. Returns
+ * the length of the whole text (without the NUL), as snprintf does: a
+ * return of size or more means buf was too small. */
+size_t hak_stats_json(char *buf, size_t size);
+
+/* glibc's malloc_info: the free blocks of each size class and the memory
+ * mapped, as XML in glibc's elements (docs/STATS.md). options must be 0. */
+int hak_malloc_info(int options, FILE *fp);
 
 #ifdef __cplusplus
 }

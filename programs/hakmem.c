@@ -39,13 +39,16 @@
 #endif
 
 static const char usage[] =
-    "usage: hakmem run [--stats] [--] PROGRAM [ARGS...]\n"
+    "usage: hakmem run [--stats[=json]] [--stats-file PATH] [--] PROGRAM [ARGS...]\n"
     "       hakmem bench [--quick] [--sweep] [--only NAME] [--with NAME=PATH] [--repeats N] [--out DIR]\n"
     "                    [--callgrind]\n"
     "       hakmem --version | --help\n"
     "\n"
     "  run      run PROGRAM with the hakmem allocator preloaded (LD_PRELOAD)\n"
-    "           --stats  print hakmem's counters to stderr when PROGRAM exits (HAKMEM_STATS=1)\n"
+    "           --stats  print hakmem's counters to stderr when PROGRAM exits (HAKMEM_STATS=1);\n"
+    "                    =json: as JSON (HAKMEM_STATS=json); each process names itself\n"
+    "           --stats-file PATH  write them to PATH instead (HAKMEM_STATS_FILE; the processes\n"
+    "                    PROGRAM starts write to PATH.PID)\n"
     "  bench    compare hakmem with glibc, mimalloc, jemalloc and tcmalloc on the benchmark\n"
     "           suite; --sweep: on the workload sweep (generated configurations); options are\n"
     "           passed to the runner (run.py --help lists them all)\n"
@@ -118,13 +121,19 @@ static const char *find_lib(void) {
 }
 
 static int cmd_run(int argc, char **argv) {
-  int i = 0, stats = 0;
+  int i = 0;
+  const char *stats = NULL, *stats_file = NULL;
   for (; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0) {
       i++;
       break;
     } else if (strcmp(argv[i], "--stats") == 0) {
-      stats = 1;
+      stats = "1";
+    } else if (strcmp(argv[i], "--stats=json") == 0) {
+      stats = "json";
+    } else if (strcmp(argv[i], "--stats-file") == 0 && i + 1 < argc) {
+      stats_file = argv[++i];
+      if (stats == NULL) stats = "1";
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       fputs(usage, stdout);
       return 0;
@@ -149,7 +158,8 @@ static int cmd_run(int argc, char **argv) {
     preload = (char *)lib;
   }
   setenv("LD_PRELOAD", preload, 1);
-  if (stats) setenv("HAKMEM_STATS", "1", 1);
+  if (stats) setenv("HAKMEM_STATS", stats, 1);
+  if (stats_file) setenv("HAKMEM_STATS_FILE", stats_file, 1);
   execvp(argv[i], argv + i);
   int err = errno;
   fprintf(stderr, "hakmem: cannot run '%s': %s\n", argv[i], strerror(err));

@@ -53,6 +53,11 @@ check "missing library message names it" grep -q "/nonexistent/libhakmem.so" "$t
 "$HAKMEM" run --stats -- true 2>"$tmp/err"; rc=$?
 check "run --stats -- true exits 0" [ "$rc" -eq 0 ]
 check "run --stats prints hakmem statistics on stderr" grep -q "hakmem" "$tmp/err"
+check "run --stats names the process" grep -q "^hakmem: statistics (hakmem .*) of process [0-9]* (true)$" "$tmp/err"
+
+"$HAKMEM" run --stats=json --stats-file "$tmp/s.json" -- true 2>"$tmp/err"; rc=$?
+check "run --stats=json --stats-file exits 0" [ "$rc" -eq 0 ]
+check "run --stats=json --stats-file writes JSON there" grep -q '^{"hakmem":' "$tmp/s.json"
 
 "$HAKMEM" frobnicate 2>/dev/null; rc=$?
 check "unknown command exits 2" [ "$rc" -eq 2 ]

@@ -213,38 +213,6 @@ HK_API int hak_malloc_trim(size_t pad) {
   return hk_pressure_trim();
 }
 
-/* the counters, and what the tiers hold now */
-void hk_stats_report(void) {
-  hk_usage u;
-  hk_pressure_usage(&u);
-  hk_stats_print(&u);
-}
-
-HK_API void hak_malloc_stats(void) { hk_stats_report(); }
-
-/* HAKMEM_STATS=1: the statistics at exit */
-__attribute__((destructor)) static void stats_at_exit(void) {
-  if (hk_opt.stats) hk_stats_report();
-}
-
-/* mallinfo2: small/medium regions are the arena; large mappings are hblkhd,
- * except those held by the large-block cache, which count as free. */
-HK_API struct mallinfo2 hak_mallinfo2(void) {
-  struct mallinfo2 mi;
-  memset(&mi, 0, sizeof mi);
-  hk_usage u;
-  hk_pressure_usage(&u);
-  size_t mapped = u.region_mapped, in_use = u.region_in_use, large = u.large_mapped, cached = u.large_cached;
-  size_t live_large = large > cached ? large - cached : 0;
-  mi.arena = mapped;                      /* bytes in small/medium regions */
-  mi.hblkhd = live_large;                 /* bytes in live large mappings */
-  mi.hblks = hk_load_relaxed(&hk_stats.large_allocs) -
-             hk_load_relaxed(&hk_stats.large_frees);
-  mi.uordblks = in_use + live_large;      /* bytes in pages in use + live large blocks */
-  mi.fordblks = (mapped > in_use ? mapped - in_use : 0) + cached;
-  return mi;
-}
-
 /* mallopt: hakmem is configured through HAKMEM_* variables; every request is
  * accepted and has no effect, like glibc's answer for a known parameter. */
 HK_API int hak_mallopt(int param, int value) {

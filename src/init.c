@@ -32,6 +32,7 @@ void hk_init(void) {
   hk_sizeclass_init();
   check_size_classes();
   hk_options_init();
+  hk_stats_init();
   hk_secure = hk_opt.secure >= 1;
   /* hardened mode keeps no cache of remote-freed blocks (remote.c) */
   if (hk_secure) memset(hk_class_cache_max, 0, sizeof hk_class_cache_max);
@@ -75,13 +76,14 @@ void hk_fork_handlers_register(void) {
 
 __attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }
 
-/* Lock order: purger, late heap, heap pool, abandoned pages, large cache,
+/* Lock order: the purger's pass (and statistics' readers), purger, late heap, heap pool, abandoned pages, large cache,
  * the region lists in order, the region records, the arena, all taken
  * after waiting for the remote frees that are giving pages back
  * (hk_reclaim_fork_prepare). From then until the parent or child handler,
  * this thread holds every lock (hk_fork_holder, sync.h). */
 
 void hk_fork_prepare(void) {
+  hk_pressure_hold();
   hk_reclaim_fork_prepare();
   hk_purger_fork_prepare();
   hk_heap_fork_lock();
@@ -101,6 +103,7 @@ void hk_fork_parent(void) {
   unlock_all();
   hk_purger_fork_parent();
   hk_reclaim_fork_done();
+  hk_pressure_unhold();
 }
 
 void hk_fork_child(void) {
@@ -110,4 +113,5 @@ void hk_fork_child(void) {
   unlock_all();
   hk_purger_fork_child();
   hk_reclaim_fork_done();
+  hk_pressure_fork_child();
 }

@@ -53,6 +53,12 @@ bool hk_os_random(uint64_t *v);      /* 64 bits from the kernel; false if it giv
 size_t hk_os_peak_rss_kb(void);
 size_t hk_os_current_rss_kb(void);
 void hk_os_write_stderr(const char *s, size_t n);
+void hk_os_write(int fd, const char *s, size_t n);
+int hk_os_open_locked(const char *path); /* for writing, created if need be, with an exclusive flock held
+                                            by this process (-1: another one holds it, or no such file) */
+int hk_os_create(const char *path);      /* for writing, created or truncated (-1: failed) */
+void hk_os_truncate(int fd);             /* to empty, writing from the start */
+void hk_os_close(int fd);
 extern bool hk_verbose;            /* HAKMEM_VERBOSE */
 void hk_warning(const char *msg);  /* to stderr, with HAKMEM_VERBOSE only */
 
@@ -71,21 +77,24 @@ size_t hk_fmt_dec(char *buf, uint64_t v);
 /* ---- options.c ---- */
 extern hk_options hk_opt;
 void hk_options_init(void);
-void hk_options_print(void);
+void hk_options_print(int fd);
 
 /* ---- stats.c: counters, updated on slow paths only ---- */
 extern hk_stats_t hk_stats;
 #define hk_stat_add(field, n) hk_add_relaxed(&hk_stats.field, (n))
 void hk_stat_peak(_Atomic uint64_t *peak, uint64_t v);
 void hk_stats_merge_heap(const hk_heap_stats *s); /* an exiting thread's counters */
-/* What the counters do not hold, gathered by the caller of hk_stats_print. */
+/* What the counters do not hold, gathered for the text report (inspect.c). */
 typedef struct hk_usage {
   size_t region_mapped, region_in_use, region_peak; /* bytes of small/medium regions */
   size_t large_mapped, large_cached;                /* bytes of large mappings, and of those cached */
   uint32_t abandoned_empty;                         /* empty pages of exited threads kept now */
   hk_heap_stats self;                               /* the calling thread's heap's counters */
 } hk_usage;
-void hk_stats_print(const hk_usage *u);
+void hk_stats_add_exited(hk_heap_stats *s); /* the exited threads' counters added to *s */
+void hk_stats_init(void);                   /* at start: HAKMEM_STATS_FILE's lock */
+int hk_stats_report_fd(void);               /* where this process's report goes (opened now) */
+void hk_stats_report_done(int fd);
 
 /* ---- purger.c: a background thread that runs the purge pass it is given ---- */
 /* pass: give back what is due; pending: whether anything may become due */
@@ -160,6 +169,7 @@ void hk_region_shrink_span(hk_page *page, unsigned nslabs); /* give back its tai
 bool hk_region_purge(bool force);                 /* true if memory was released */
 bool hk_region_pending(void);                     /* dirty slabs or spare regions left */
 void hk_region_usage(size_t *mapped, size_t *in_use, size_t *peak);
+void hk_region_each_page(void (*fn)(const hk_page *page, void *arg), void *arg); /* every live page */
 
 /* ==== pages ==== */
 
@@ -302,6 +312,7 @@ bool hk_large_pending(void);
 size_t hk_large_usable(hk_region *r);
 hk_region *hk_large_find_detached(const void *p);
 void hk_large_usage(size_t *mapped, size_t *cached); /* all large mappings, and the cached ones, at one time */
+size_t hk_large_live_bytes(void);                    /* bytes asked for by the live large blocks */
 
 /* ==== memory pressure, initialisation, threads ==== */
 
@@ -310,7 +321,10 @@ void hk_pressure_release(size_t need); /* a mapping of need bytes failed: give b
 int hk_pressure_trim(void);            /* malloc_trim */
 void hk_pressure_purge_pass(void);     /* the purger's pass */
 bool hk_pressure_pending(void);
-void hk_pressure_usage(hk_usage *u);   /* what hk_stats_print and mallinfo report beside the counters */
+void hk_pressure_usage(hk_usage *u);
+void hk_pressure_hold(void);          /* no purger pass runs until hk_pressure_unhold (statistics) */
+void hk_pressure_unhold(void);
+void hk_pressure_fork_child(void);   /* what hk_stats_print and mallinfo report beside the counters */
 
 /* ---- init.c ---- */
 extern _Atomic int hk_init_state;   /* 0 none, 1 running, 2 done */
@@ -357,7 +371,7 @@ void hk_free_slow(void *p);
 size_t hk_usable_size(const void *p);
 size_t hk_block_size(const void *p, const char *who);
 hk_region *hk_region_lookup(const void *p);
-void hk_stats_report(void); /* hk_stats_print with the tiers' usage now */
+void hk_stats_report(void); /* HAKMEM_STATS's report now (malloc_stats) */
 
 #pragma GCC visibility pop
 

@@ -231,6 +231,8 @@ void hk_large_usage(size_t *mapped, size_t *cached) {
   hk_unlock(&hk_large_lock);
 }
 
+size_t hk_large_live_bytes(void) { return hk_load_relaxed(&live_asked); }
+
 /* r is to be unmapped once the lock is dropped: it stops counting as
  * mapped now. Under hk_large_lock. */
 static void victim(hk_region **out, unsigned *n, hk_region *r) {

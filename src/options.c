@@ -28,27 +28,31 @@ typedef struct option_desc {
   long *value;
   long def, min, max;
   const char *doc;
+  const char *const *words; /* names the values min.. may also be given by (NULL: numbers only) */
 } option_desc;
 
+static const char *const stats_words[] = {"off", "text", "json", NULL};
+
 static option_desc options[] = {
-  {"STATS", &hk_opt.stats, 0, 0, 1, "print per-tier counters and peak RSS at exit"},
+  {"STATS", &hk_opt.stats, 0, 0, 2, "statistics at exit: 1 or text: counters and RSS; 2 or json: as JSON",
+   stats_words},
   {"PURGE_DELAY_MS", &hk_opt.purge_delay_ms, 100, 0, 1000000,
-   "how long a free slab stays committed before it is returned with MADV_DONTNEED"},
+   "how long a free slab stays committed before it is returned with MADV_DONTNEED", NULL},
   {"REGION_RESERVE", &hk_opt.region_reserve, 2, 0, 1024,
-   "empty 4 MiB regions kept mapped (purged) per region list instead of unmapped"},
+   "empty 4 MiB regions kept mapped (purged) per region list instead of unmapped", NULL},
   {"LARGE_CACHE_MB", &hk_opt.large_cache_mb, 64, 0, 1 << 20,
-   "bytes of freed large blocks kept mapped for reuse"},
+   "bytes of freed large blocks kept mapped for reuse", NULL},
   {"LARGE_CACHE_ENTRIES", &hk_opt.large_cache_max, 256, 0, 512,
-   "number of freed large blocks kept for reuse"},
-  {"VERBOSE", &hk_opt.verbose, 0, 0, 1, "print warnings (e.g. failed munmap) to stderr"},
+   "number of freed large blocks kept for reuse", NULL},
+  {"VERBOSE", &hk_opt.verbose, 0, 0, 1, "print warnings (e.g. failed munmap) to stderr", NULL},
   {"SECURE", &hk_opt.secure, HAKMEM_SECURE_DEFAULT, 0, 2,
-   "hardened mode: 1 guard pages, randomised order, canaries; 2 also zero-on-free"},
+   "hardened mode: 1 guard pages, randomised order, canaries; 2 also zero-on-free", NULL},
   {"PURGE_THREAD", &hk_opt.purge_thread, 1, 0, 1,
-   "background thread that purges after the delay even if the program makes no call"},
+   "background thread that purges after the delay even if the program makes no call", NULL},
   {"ARENA_MB", &hk_opt.arena_mb, 65536, 0, 65536,
-   "address space reserved for small regions (regions beyond it take free()'s slow path)"},
+   "address space reserved for small regions (regions beyond it take free()'s slow path)", NULL},
   {"REGION_LISTS", &hk_opt.region_lists, 0, 0, HK_REGION_LISTS_MAX,
-   "region lists of a lock each; 0: one per CPU the process may run on, 8 to 64"},
+   "region lists of a lock each; 0: one per CPU the process may run on, 8 to 64", NULL},
 };
 
 static bool parse_long(const char *s, long *out) {
@@ -64,6 +68,30 @@ static bool parse_long(const char *s, long *out) {
   *out = neg ? -v : v;
   return true;
 }
+
+/* A word of o's, for its value. */
+static bool parse_word(const option_desc *o, const char *s, long *out) {
+  for (long i = 0; o->words != NULL && o->words[i] != NULL; i++)
+    if (strcmp(o->words[i], s) == 0) {
+      *out = o->min + i;
+      return true;
+    }
+  return false;
+}
+
+/* Options whose value is text, kept in a buffer of their own (the
+ * environment's strings may change under a running program). */
+static char stats_file[1024];
+typedef struct text_option_desc {
+  const char *name;
+  char *buf;
+  size_t size;
+  const char *doc;
+} text_option_desc;
+static const text_option_desc text_options[] = {
+  {"STATS_FILE", stats_file, sizeof stats_file,
+   "where HAKMEM_STATS writes (default stderr); %p: the pid; a second process's name gets .PID"},
+};
 
 static const char *env_lookup(const char *name) {
   if (environ == NULL) return NULL;
@@ -81,6 +109,8 @@ static const char *const not_options[] = {"LIB"};
 static bool known_name(const char *name, size_t n) {
   for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
     if (strlen(options[i].name) == n && strncmp(options[i].name, name, n) == 0) return true;
+  for (size_t i = 0; i < sizeof text_options / sizeof text_options[0]; i++)
+    if (strlen(text_options[i].name) == n && strncmp(text_options[i].name, name, n) == 0) return true;
   for (size_t i = 0; i < sizeof not_options / sizeof not_options[0]; i++)
     if (strlen(not_options[i]) == n && strncmp(not_options[i], name, n) == 0) return true;
   return false;
@@ -121,7 +151,7 @@ void hk_options_init(void) {
     if (s == NULL) continue;
     if (parse_long(s, &v) && o->value == &hk_opt.secure && v >= o->min && v < HAKMEM_SECURE_DEFAULT) {
       warn_secure_floor();
-    } else if (parse_long(s, &v) && v >= o->min && v <= o->max) {
+    } else if ((parse_long(s, &v) || parse_word(o, s, &v)) && v >= o->min && v <= o->max) {
       *o->value = v;
     } else {
       static const char msg[] = "hakmem: warning: ignoring invalid value of HAKMEM_";
@@ -130,11 +160,28 @@ void hk_options_init(void) {
       hk_os_write_stderr("\n", 1);
     }
   }
+  for (size_t i = 0; i < sizeof text_options / sizeof text_options[0]; i++) {
+    const text_option_desc *o = &text_options[i];
+    const char *s = trusted ? env_lookup(o->name) : NULL;
+    o->buf[0] = 0;
+    if (s == NULL || *s == 0) continue;
+    size_t n = strlen(s);
+    if (n >= o->size) {
+      static const char msg[] = "hakmem: warning: ignoring HAKMEM_";
+      static const char tail[] = " (too long)\n";
+      hk_os_write_stderr(msg, sizeof msg - 1);
+      hk_os_write_stderr(o->name, strlen(o->name));
+      hk_os_write_stderr(tail, sizeof tail - 1);
+      continue;
+    }
+    memcpy(o->buf, s, n + 1);
+  }
+  hk_opt.stats_file = stats_file[0] ? stats_file : NULL;
   hk_verbose = hk_opt.verbose != 0;
 }
 
-void hk_options_print(void) {
-  char line[160];
+void hk_options_print(int fd) {
+  char line[1200];
   for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
     size_t n = 0, len = strlen(options[i].name);
     memcpy(line + n, "  HAKMEM_", 9); n += 9;
@@ -144,6 +191,17 @@ void hk_options_print(void) {
     if (v < 0) { line[n++] = '-'; v = -v; }
     n += hk_fmt_dec(line + n, (uint64_t)v);
     line[n++] = '\n';
-    hk_os_write_stderr(line, n);
+    hk_os_write(fd, line, n);
+  }
+  for (size_t i = 0; i < sizeof text_options / sizeof text_options[0]; i++) {
+    const text_option_desc *o = &text_options[i];
+    if (o->buf[0] == 0) continue;
+    size_t n = 0, len = strlen(o->name), vlen = strlen(o->buf);
+    memcpy(line + n, "  HAKMEM_", 9); n += 9;
+    memcpy(line + n, o->name, len); n += len;
+    line[n++] = '=';
+    memcpy(line + n, o->buf, vlen); n += vlen;
+    line[n++] = '\n';
+    hk_os_write(fd, line, n);
   }
 }

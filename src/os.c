@@ -9,6 +9,7 @@ __thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -251,15 +252,35 @@ size_t hk_os_current_rss_kb(void) {
   return pages * ((size_t)sysconf(_SC_PAGESIZE) / 1024);
 }
 
-void hk_os_write_stderr(const char *s, size_t n) {
+void hk_os_write_stderr(const char *s, size_t n) { hk_os_write(2, s, n); }
+
+void hk_os_write(int fd, const char *s, size_t n) {
   while (n > 0) {
-    ssize_t w = write(2, s, n);
+    ssize_t w = write(fd, s, n);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return;
     s += w;
     n -= (size_t)w;
   }
 }
+
+int hk_os_open_locked(const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int hk_os_create(const char *path) { return open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); }
+
+void hk_os_truncate(int fd) {
+  if (ftruncate(fd, 0) == 0) lseek(fd, 0, SEEK_SET);
+}
+
+void hk_os_close(int fd) { close(fd); }
 
 bool hk_verbose; /* HAKMEM_VERBOSE (set by hk_options_init) */
 

@@ -49,6 +49,7 @@ HK_API int __posix_memalign(void **out, size_t align, size_t size) { return hak_
 
 HK_API int mallopt(int param, int value) { return hak_mallopt(param, value); }
 HK_API struct mallinfo2 mallinfo2(void) { return hak_mallinfo2(); }
+HK_API int malloc_info(int options, FILE *fp) { return hak_malloc_info(options, fp); }
 
 HK_API struct mallinfo mallinfo(void) {
   struct mallinfo2 m2 = mallinfo2();

@@ -46,13 +46,23 @@ int hk_pressure_trim(void) {
   return released ? 1 : 0;
 }
 
+/* The purger's pass and a statistics walk (stats.c) never overlap: the
+ * pass moves freed blocks between the counts the walk adds up (it collects
+ * the remote frees of exited threads' pages and reaps heaps). */
+static pthread_mutex_t pass_lock = PTHREAD_MUTEX_INITIALIZER;
+void hk_pressure_hold(void) { hk_lock(&pass_lock); }
+void hk_pressure_unhold(void) { hk_unlock(&pass_lock); }
+void hk_pressure_fork_child(void) { pthread_mutex_init(&pass_lock, NULL); }
+
 void hk_pressure_purge_pass(void) {
+  hk_lock(&pass_lock);
   hk_spares_expire(false);
   hk_region_purge(false);
   hk_large_trim(false);
   hk_abandoned_sweep(true, false);
   hk_heap_reap();
   hk_debug_regions();
+  hk_unlock(&pass_lock);
 }
 
 bool hk_pressure_pending(void) {

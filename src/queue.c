@@ -215,6 +215,7 @@ static bool stash_put(hk_heap *h, hk_page *page) {
   (&b->link)[1] = hk_cache_link(h, h->stash[page->cls]);
   h->stash[page->cls] = b;
   h->stash_bytes += bs;
+  h->stash_count[page->cls]++;
   return true;
 }
 
@@ -223,6 +224,7 @@ static hk_block *stash_take(hk_heap *h, unsigned cls) {
   hk_block *b = h->stash[cls];
   if (b == NULL) return NULL;
   h->stash[cls] = hk_cache_next(h, b); /* (linked as the thread cache is) */
+  h->stash_count[cls]--;
   h->stash_bytes -= hk_page_of(hk_region_of(b), b)->block_size;
   b->link = 0;
   (&b->link)[1] = 0;

@@ -779,6 +779,22 @@ void hk_region_usage(size_t *mapped, size_t *in_use, size_t *peak) {
   *peak = p;
 }
 
+/* Calls fn on the record of every live page: the head slab of a span in
+ * use, a slab whose bit in free_mask is clear and whose record has a span
+ * length (the other slabs of a span have none, and a slab lent out by a
+ * page in use is marked free). Each list's regions under its lock, which
+ * keeps them mapped; fn must not allocate. */
+void hk_region_each_page(void (*fn)(const hk_page *page, void *arg), void *arg) {
+  for (unsigned k = 0; k < list_count; k++) {
+    list_take(&lists[k]);
+    for (hk_region_info *r = lists[k].first; r != NULL; r = r->next)
+      for (unsigned s = 1; s < HK_SLABS; s++)
+        if ((r->free_mask & ((hk_slabmask)1 << s)) == 0 && __atomic_load_n(&r->r->pages[s].nslabs, __ATOMIC_RELAXED) != 0)
+          fn(&r->r->pages[s], arg);
+    hk_unlock(list_lock(&lists[k]));
+  }
+}
+
 /* fork: every list, then the records, then the arena (the order
  * everywhere else too). */
 void hk_region_fork_lock(void) {

@@ -309,6 +309,7 @@ typedef struct hk_heap {
   hk_block *stash[HK_NCLASSES];   /* freed blocks of pages of one block, kept live in their page
                                      (queue.c); linked through their second word */
   uint32_t stash_bytes;           /* their block sizes, summed: with held_bytes, within HK_HELD_BYTES */
+  uint16_t stash_count[HK_NCLASSES]; /* blocks in stash[c] (statistics: live blocks, stats.c) */
   uint32_t spare_grown;           /* the spare budget's growth (queue.c, spares.c) */
   uint64_t spare_refused[(HK_NCLASSES + 63) / 64]; /* bit c: class c gave a span back for want of
                                      spare budget since it last took one from the regions */
@@ -374,6 +375,7 @@ typedef struct hk_options {
   long secure;            /* HAKMEM_SECURE */
   long arena_mb;          /* HAKMEM_ARENA_MB */
   long region_lists;      /* HAKMEM_REGION_LISTS */
+  const char *stats_file; /* HAKMEM_STATS_FILE (NULL: stderr) */
 } hk_options;
 
 /* ---- statistics (stats.c) ---- */
