@@ -1,9 +1,9 @@
 /* The malloc and free fast paths, inlined into every entry point.
  *
- * Same-thread malloc: pop the class's current page's free list, whose head
- *                     must be a carved block of the page (in cache
- *                     mode the thread cache's block of the class first,
- *                     remote.c: one compare otherwise).
+ * Same-thread malloc: subtract the request from the thread's budget (out of
+ *                     line when it goes negative: hk_tls_state), pop the
+ *                     class's current page's free list, whose head must be
+ *                     a carved block of the page.
  * Same-thread free:   look the page up in the arena's page table, check the
  *                     pointer is a block start, push (onto the thread
  *                     cache instead in cache mode, remote.c).
@@ -35,11 +35,8 @@ HK_INLINE void *hk_malloc_from(hk_heap *heap, hk_page *page, size_t size) {
   return hk_malloc_no_head(size, heap, page);
 }
 
-HK_INLINE void *hk_malloc_fast(size_t size) {
-  hk_heap *heap = hk_tls_heap;
-  if (HK_HARDENED_BUILD) return hk_secure_malloc(size, heap);
-  /* blocks of other threads freed here come first (remote.c) */
-  if (HK_UNLIKELY(heap->free_owner != heap)) return hk_malloc_cached(size, heap);
+/* malloc's fast path past its thread's budget: the class's current page. */
+HK_INLINE void *hk_malloc_heap(size_t size, hk_heap *heap) {
   hk_page *page;
   if (HK_LIKELY(size <= HK_LUT_MAX)) {
     page = heap->by_size[(size + 7) >> 3];
@@ -49,6 +46,16 @@ HK_INLINE void *hk_malloc_fast(size_t size) {
     return hk_malloc_slow(size, heap);
   }
   return hk_malloc_from(heap, page, size);
+}
+
+HK_INLINE void *hk_malloc_fast(size_t size) {
+  hk_heap *heap = hk_tls.heap;
+  if (HK_HARDENED_BUILD) return hk_secure_malloc(size, heap);
+  /* every malloc of a thread without a heap, in cache mode (blocks of
+   * other threads freed here come first, remote.c) or in hardened mode,
+   * and with the profiler one every sampling period, goes out of line */
+  if (HK_UNLIKELY((int64_t)(hk_tls.budget -= size) < 0)) return hk_malloc_gated(size, heap);
+  return hk_malloc_heap(size, heap);
 }
 
 /* Free p as a block of `page`, or tail-call invalid(p) if it is none. */

@@ -58,7 +58,7 @@ hk_heap *hk_heap_new(void) {
   memset(h->cache_first, 0, sizeof h->cache_first);
   for (unsigned c = 0; c < HK_NCLASSES; c++) h->cache_room[c] = hk_class_cache_max[c];
   h->cache_bytes = 0;
-  h->free_owner = hk_secure ? HK_NO_OWNER(h) : h; /* hardened: malloc goes to hk_malloc_cached */
+  h->free_owner = hk_secure ? HK_NO_OWNER(h) : h; /* hardened: malloc goes to hk_malloc_cached (hk_tls_arm) */
   h->full.first = h->full.last = NULL;
   h->block_purge_ms = hk_os_now_ms() + (uint64_t)hk_opt.purge_delay_ms; /* its first timed pass (lend.c) */
   h->purge_passes = 1; /* class_searched[] (0) then matches no pass */

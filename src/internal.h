@@ -231,7 +231,23 @@ void hk_abandoned_fork_unlock(void);
 /* ---- queue.c: a heap's page queues, full pages, the page search ---- */
 extern hk_page hk_page_empty;
 extern hk_heap hk_heap_empty;     /* every thread starts here: direct[] -> hk_page_empty */
-extern __thread hk_heap *hk_tls_heap __attribute__((tls_model("initial-exec")));
+/* What malloc's fast path reads of its thread, in one thread-local block
+ * (one address computation for both fields). */
+typedef struct hk_tls_state {
+  hk_heap *heap;  /* the thread's heap (hk_heap_empty: none yet, or gone) */
+  uint64_t budget; /* bytes malloc's fast path may hand out before it calls hk_malloc_gated,
+                      which it does when the budget's top bit is set: every time while
+                      it is HK_BUDGET_SHUT (no heap, cache mode, hardened mode); with the
+                      profiler on, it holds the bytes until the next sample (profile.c);
+                      HK_BUDGET_OPEN otherwise. A request of 2^62 bytes or more can move
+                      it across the top bit either way; hk_malloc_slow, which serves
+                      those, sets it again. */
+} hk_tls_state;
+#define HK_BUDGET_OPEN ((uint64_t)1 << 62)
+#define HK_BUDGET_SHUT ((uint64_t)3 << 62)
+extern __thread hk_tls_state hk_tls __attribute__((tls_model("initial-exec")));
+#define hk_tls_heap (hk_tls.heap)
+void hk_tls_arm(void); /* the budget for the thread's heap as it is now (queue.c) */
 void hk_heap_set_direct(hk_heap *h, unsigned cls, hk_page *page);
 void hk_heap_set_current(hk_heap *h, unsigned cls);
 void hk_heap_release_page(hk_heap *h, hk_page *page);
@@ -358,6 +374,7 @@ void *hk_malloc_slow(size_t size, hk_heap *heap);
 void *hk_malloc_no_head(size_t size, hk_heap *heap, hk_page *page); /* list ended: the slow path; else reported */
 void *hk_alloc_class(size_t size, unsigned cls);
 void *hk_malloc_cached(size_t size, hk_heap *h); /* malloc in cache mode (h->free_owner != h) */
+void *hk_malloc_gated(size_t size, hk_heap *h);  /* malloc whose budget ran out (hk_tls_state) */
 void *hk_secure_malloc(size_t size, hk_heap *h); /* hardened mode's malloc */
 void *hk_alloc_large(size_t size, size_t align, bool zero); /* hk_large_alloc, retried once */
 

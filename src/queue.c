@@ -18,7 +18,14 @@ hk_page hk_page_empty = {.used = (uint32_t)HK_USED_NORMAL}; /* no blocks, normal
 hk_heap hk_heap_empty = {.free_owner = HK_NO_OWNER(&hk_heap_empty), /* (not NULL: abandoned pages) */
                          .by_size = {[0 ... HK_LUT_SLOTS - 1] = &hk_page_empty},
                          .direct = {[0 ... HK_NCLASSES - 1] = &hk_page_empty}};
-__thread hk_heap *hk_tls_heap __attribute__((tls_model("initial-exec"))) = &hk_heap_empty;
+__thread hk_tls_state hk_tls __attribute__((tls_model("initial-exec"))) = {&hk_heap_empty, HK_BUDGET_SHUT};
+
+/* The budget for the thread's heap as it is now: shut while malloc must
+ * leave the fast path every time (no heap, cache mode, hardened mode). */
+void hk_tls_arm(void) {
+  hk_heap *h = hk_tls.heap;
+  hk_tls.budget = h->free_owner != h ? HK_BUDGET_SHUT : HK_BUDGET_OPEN;
+}
 
 
 void hk_heap_full_remove(hk_heap *h, hk_page *p) {

@@ -11,9 +11,9 @@
  * run of blocks of one page with one CAS.
  *
  * Cache mode. Once remote frees fill a class's list, the thread switches
- * to cache mode: its mallocs take the class's cached block first (malloc's
- * fast path tests heap->free_owner != heap and goes through
- * hk_malloc_cached), and its frees of its own blocks go to the cache too
+ * to cache mode: its mallocs take the class's cached block first (the
+ * thread's budget is shut, so malloc's fast path goes through
+ * hk_malloc_gated to hk_malloc_cached), and its frees of its own blocks go to the cache too
  * (free's fast path compares page->heap with heap->free_owner, which is
  * then no heap). malloc thus finds a class's most recently freed block
  * first whoever owns it, while it is hot in this core's cache, and both
@@ -230,6 +230,7 @@ HK_NOINLINE void *hk_cache_pop_noting_time(hk_heap *h, size_t cls, hk_block *b) 
   void *p = hk_cache_pop(h, cls, b);
   if (h->cache_remote < 16) { /* fewer than a quarter: back to the pages */
     h->free_owner = h;
+    hk_tls_arm(); /* (h is this thread's heap) */
     hk_cache_flush_all(h);
   }
   h->cache_remote = 0;
@@ -368,6 +369,7 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
      * counts the keeps before, so the first check, which may come with the
      * next cached malloc, keeps the mode) */
     self->free_owner = HK_NO_OWNER(self);
+    hk_tls.budget = HK_BUDGET_SHUT; /* (self is this thread's heap) */
   }
   if (self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES) cache_halve(self);
   cache_keep(self, cls, page, b, owner);

@@ -4,8 +4,9 @@
  * canary and a size trailer (secure.h); large blocks get guard pages
  * instead (large.c).
  * The default fast paths do not serve hardened mode, without a test of
- * their own: its heaps stay in cache mode (free_owner), which sends malloc
- * to hk_malloc_cached and on to hk_secure_malloc, and its pages' owners are
+ * their own: its heaps stay in cache mode (free_owner, and the thread's
+ * budget shut), which sends malloc through hk_malloc_cached to
+ * hk_secure_malloc, and its pages' owners are
  * tagged (hk_owner_tag), which sends free to the cache's path and on to
  * hk_secure_free (remote.c); a build hardened by default calls both from
  * its fast paths (fastpath.h). Its thread caches and stash hold nothing, so no

@@ -32,6 +32,7 @@ hk_heap *hk_heap_get(void) {
   }
   if (h == NULL) return NULL;
   hk_tls_heap = h;
+  hk_tls_arm();
   /* After hk_tls_heap is set: pthread_setspecific may itself call calloc. */
   pthread_once(&thread_key_once, thread_key_make);
   if (thread_key_ready) pthread_setspecific(thread_key, h);
@@ -48,6 +49,7 @@ static void thread_done(void *arg) {
   (void)arg;
   if (h == &hk_heap_empty) return;
   hk_tls_heap = &hk_heap_empty;
+  hk_tls.budget = HK_BUDGET_SHUT;
   heap_gone = true;
   hk_debug_heap(h, true);
   hk_store_relaxed(&h->live, 0);
@@ -85,6 +87,15 @@ static void *alloc_from(hk_heap *h, size_t size, unsigned cls) {
 #endif
   hk_purger_poke(); /* (no allocator lock held here) */
   return p;
+}
+
+/* malloc whose budget ran out: every malloc of a heap that is not its own
+ * free_owner (cache mode, hardened mode, hk_heap_empty), which keeps the
+ * budget shut; otherwise the budget is open again. */
+void *hk_malloc_gated(size_t size, hk_heap *h) {
+  hk_tls_arm();
+  if (h->free_owner != h) return hk_malloc_cached(size, h);
+  return hk_malloc_heap(size, h);
 }
 
 /* malloc in cache mode (h->free_owner != h, remote.c): the class's cached
@@ -133,6 +144,7 @@ void *hk_malloc_no_head(size_t size, hk_heap *h, hk_page *page) {
 /* From the fast path (the class is computed here: the lookup table is empty
  * before initialisation). */
 void *hk_malloc_slow(size_t size, hk_heap *h) {
+  if (HK_UNLIKELY(size >= HK_BUDGET_OPEN)) hk_tls_arm(); /* (see hk_tls_state) */
   /* hardened: the class must also hold the canary and the trailer */
   size_t need = hk_secure ? size + HK_SECURE_EXTRA : size;
   unsigned cls = need <= HK_MEDIUM_MAX && need >= size ? hk_size_class(need) : HK_NSIZES;

@@ -460,7 +460,13 @@ static void test_malloc_huge(void) {
                     (size_t)PTRDIFF_MAX + 1,
                     (size_t)PTRDIFF_MAX - 4096,
                     (size_t)1 << 62,
+                    (size_t)3 << 62,
                     (size_t)1 << 48};
+  /* a block's usable size says the mode (hardened mode: the size asked
+   * for): huge requests leave it as it was */
+  void *probe = API(malloc)(100);
+  size_t usable = API(malloc_usable_size)(probe);
+  API(free)(probe);
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     size_t n = hkt_opaque(sizes[i]);
     errno = 0;
@@ -469,7 +475,11 @@ static void test_malloc_huge(void) {
     CHECK(p == NULL, "malloc(0x%zx) = %p, expected NULL", n, p);
     CHECK(e == ENOMEM, "malloc(0x%zx): errno %d, expected ENOMEM", n, e);
   }
-  /* still works afterwards */
+  /* still works afterwards, in the same mode */
+  probe = API(malloc)(100);
+  CHECK(API(malloc_usable_size)(probe) == usable, "after huge mallocs, malloc(100) has %zu usable bytes, %zu before",
+        API(malloc_usable_size)(probe), usable);
+  API(free)(probe);
   blk b = do_malloc(1000);
   verify_blk(&b, "malloc after failed huge mallocs");
   API(free)(b.p);
