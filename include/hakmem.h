@@ -142,6 +142,13 @@ int hak_stats_get(struct hak_stats *out, size_t size);
  * return of size or more means buf was too small. */
 size_t hak_stats_json(char *buf, size_t size);
 
+/* ---- the sampling heap profiler (docs/PROFILE.md) ----
+ * With HAKMEM_PROFILE=1, writes the heap profile now: to `path` (NULL: the
+ * file HAKMEM_PROFILE_FILE names; %p: the pid) in the text format
+ * google-pprof reads, and to path.json. Returns 0, or -1 with errno ENOSYS
+ * if the profiler is off, or the error of the file that failed. */
+int hak_profile_dump(const char *path);
+
 /* glibc's malloc_info: the free blocks of each size class and the memory
  * mapped, as XML in glibc's elements (docs/STATS.md). options must be 0. */
 int hak_malloc_info(int options, FILE *fp);

@@ -40,6 +40,7 @@ void hk_init(void) {
   hk_keys_init();
   hk_region_init();
   hk_purger_init(hk_pressure_purge_pass, hk_pressure_pending);
+  hk_profile_init();
   hk_store_release(&hk_init_state, 2);
   /* may allocate: malloc is fully usable from here on */
 #if HAKMEM_OVERRIDE
@@ -84,6 +85,7 @@ __attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }
 
 void hk_fork_prepare(void) {
   hk_pressure_hold();
+  hk_profile_fork_prepare();
   hk_reclaim_fork_prepare();
   hk_purger_fork_prepare();
   hk_heap_fork_lock();
@@ -103,6 +105,7 @@ void hk_fork_parent(void) {
   unlock_all();
   hk_purger_fork_parent();
   hk_reclaim_fork_done();
+  hk_profile_fork_parent();
   hk_pressure_unhold();
 }
 
@@ -113,5 +116,6 @@ void hk_fork_child(void) {
   unlock_all();
   hk_purger_fork_child();
   hk_reclaim_fork_done();
+  hk_profile_fork_child();
   hk_pressure_fork_child();
 }

@@ -332,6 +332,13 @@ static void stats_print(const hk_usage *u) {
   hk_pressure_unhold();
 }
 
+/* the heap profile now (profile.c) */
+HK_API int hak_profile_dump(const char *path) {
+  hk_init();
+  hk_profile_poll();
+  return hk_profile_dump(path);
+}
+
 /* the counters, and what the tiers hold now */
 void hk_stats_report(void) {
   hk_usage u;

@@ -59,6 +59,8 @@ int hk_os_open_locked(const char *path); /* for writing, created if need be, wit
 int hk_os_create(const char *path);      /* for writing, created or truncated (-1: failed) */
 void hk_os_truncate(int fd);             /* to empty, writing from the start */
 void hk_os_close(int fd);
+void hk_os_copy_file(const char *path, int fd);  /* path's contents written to fd */
+void hk_os_on_signal(int sig, void (*handler)(int));
 extern bool hk_verbose;            /* HAKMEM_VERBOSE */
 void hk_warning(const char *msg);  /* to stderr, with HAKMEM_VERBOSE only */
 
@@ -71,6 +73,7 @@ extern uintptr_t hk_key, hk_key2; /* the secret keys derive from */
 void hk_keys_init(void);
 uintptr_t hk_derive_key(uint64_t a, uint64_t b); /* keyed hash of (a, b), bits 48-63 >= 0x100 */
 uintptr_t hk_page_key(uint64_t page);            /* a page's key, from its thread's seed */
+uint64_t hk_random_gap(uint64_t mean);           /* exponentially distributed, this thread's generator */
 size_t hk_fmt_hex(char *buf, uintptr_t v);
 size_t hk_fmt_dec(char *buf, uint64_t v);
 
@@ -248,6 +251,8 @@ typedef struct hk_tls_state {
 extern __thread hk_tls_state hk_tls __attribute__((tls_model("initial-exec")));
 #define hk_tls_heap (hk_tls.heap)
 void hk_tls_arm(void); /* the budget for the thread's heap as it is now (queue.c) */
+extern bool hk_profile_on;       /* HAKMEM_PROFILE: the profiler samples (profile.c) */
+extern hk_heap *hk_profile_heap; /* its heap, whose blocks no thread cache keeps (remote.c) */
 void hk_heap_set_direct(hk_heap *h, unsigned cls, hk_page *page);
 void hk_heap_set_current(hk_heap *h, unsigned cls);
 void hk_heap_release_page(hk_heap *h, hk_page *page);
@@ -327,6 +332,19 @@ bool hk_large_trim(bool force);
 bool hk_large_pending(void);
 size_t hk_large_usable(hk_region *r);
 hk_region *hk_large_find_detached(const void *p);
+void hk_large_set_sampled(void *p);                  /* the heap profiler sampled this large block */
+
+/* ---- profile.c: the sampling heap profiler ---- */
+void hk_profile_init(void);        /* at start-up: HAKMEM_PROFILE */
+void hk_profile_start_heap(void);  /* its heap, at the first sample */
+void *hk_profile_malloc(size_t size, unsigned cls); /* a sampled block of class cls (NULL: allocate as usual) */
+bool hk_profile_large(void *p, size_t size);        /* sample the large block p (false: not sampled) */
+void hk_profile_forget(void *p);   /* the sampled large block p is freed */
+void hk_profile_poll(void);        /* write the profile if the signal asked for it */
+int hk_profile_dump(const char *path);
+void hk_profile_fork_prepare(void);
+void hk_profile_fork_parent(void);
+void hk_profile_fork_child(void);
 void hk_large_usage(size_t *mapped, size_t *cached); /* all large mappings, and the cached ones, at one time */
 size_t hk_large_live_bytes(void);                    /* bytes asked for by the live large blocks */
 

@@ -82,3 +82,27 @@ uintptr_t hk_page_key(uint64_t page) {
   if ((v >> 48) < 0x100) v |= (uint64_t)0xa5c3 << 48;
   return (uintptr_t)v;
 }
+
+/* -ln(u) for u uniform in (0, 1], from the top 53 bits of r, within 1e-4:
+ * the exponent from the bit length, ln(1 + f) of the rest by a short
+ * series (the library links no libm). */
+static double neg_log_uniform(uint64_t r) {
+  uint64_t m = (r >> 11) | 1; /* in (0, 2^53) */
+  int e = 63 - __builtin_clzll(m); /* m = 2^e (1 + f) */
+  double f = (double)(m - ((uint64_t)1 << e)) / (double)((uint64_t)1 << e);
+  double t = f / (2 + f), t2 = t * t; /* ln(1 + f) = 2 atanh(t) */
+  double ln1f = 2 * t * (1 + t2 * (1.0 / 3 + t2 * (1.0 / 5 + t2 * (1.0 / 7 + t2 / 9))));
+  return -((e - 53) * 0.6931471805599453 + ln1f);
+}
+
+/* A gap drawn from the exponential distribution of mean `mean`, from the
+ * thread's own generator: the bytes to the next heap-profile sample. */
+uint64_t hk_random_gap(uint64_t mean) {
+  static __thread uint64_t rng __attribute__((tls_model("initial-exec")));
+  if (rng == 0) rng = hk_derive_key((uint64_t)(uintptr_t)&rng, hk_os_now_ms()) | 1; /* (xorshift: not 0) */
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  double gap = neg_log_uniform(rng * 0x2545F4914F6CDD1Dull) * (double)mean;
+  return gap < 1 ? 1 : gap >= (double)((uint64_t)1 << 61) ? (uint64_t)1 << 61 : (uint64_t)gap;
+}

@@ -233,6 +233,14 @@ void hk_large_usage(size_t *mapped, size_t *cached) {
 
 size_t hk_large_live_bytes(void) { return hk_load_relaxed(&live_asked); }
 
+/* A large block malloc just returned: 16-byte aligned, so its header is
+ * its 4 MiB unit's (only the largest alignments are detached). */
+void hk_large_set_sampled(void *p) {
+  hk_region *r = hk_region_of(p);
+  hk_assert(r->magic == HK_MAGIC_REGION && r->kind == HK_KIND_LARGE && !r->large_detached);
+  r->large_sampled = 1;
+}
+
 /* r is to be unmapped once the lock is dropped: it stops counting as
  * mapped now. Under hk_large_lock. */
 static void victim(hk_region **out, unsigned *n, hk_region *r) {
@@ -540,6 +548,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   r->user_size = size;
   r->block_end = need - guard_tail();
   r->large_state = HK_LARGE_LIVE;
+  r->large_sampled = 0;
   hk_add_relaxed(&live_asked, size);
   hk_stat_add(large_allocs, 1);
   char *p = (char *)r + off;
@@ -550,6 +559,10 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
 void hk_large_free(hk_region *r, void *p) {
   hk_region *victims[CACHE_MAX + 1];
   unsigned nv = 0;
+  if (r->large_sampled && (char *)p == (char *)r + r->user_offset) { /* (before the lock: profile.c's is first) */
+    r->large_sampled = 0;
+    hk_profile_forget(p);
+  }
   hk_lock(&hk_large_lock);
   if (r->large_state != HK_LARGE_LIVE) {
     hk_unlock(&hk_large_lock);
@@ -635,6 +648,10 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
 /* Resize in place or move with mremap. NULL: the caller copies. */
 void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   if (size > HK_MAX_REQUEST) return NULL;
+  if (r->large_sampled) { /* (the sample was of the size first asked for: it ends here) */
+    r->large_sampled = 0;
+    hk_profile_forget(p);
+  }
   size_t need = round_page(r->user_offset + size);
   if (hk_secure) return secure_realloc(r, p, size, need);
   if (need <= r->map_size) {

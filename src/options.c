@@ -51,6 +51,11 @@ static option_desc options[] = {
    "background thread that purges after the delay even if the program makes no call", NULL},
   {"ARENA_MB", &hk_opt.arena_mb, 65536, 0, 65536,
    "address space reserved for small regions (regions beyond it take free()'s slow path)", NULL},
+  {"PROFILE", &hk_opt.profile, 0, 0, 1, "the sampling heap profiler (docs/PROFILE.md)", NULL},
+  {"PROFILE_RATE", &hk_opt.profile_rate, 524288, 1, 1L << 40, "bytes allocated per heap-profile sample, on average",
+   NULL},
+  {"PROFILE_SIGNAL", &hk_opt.profile_signal, 12, 0, 64, "signal that writes the heap profile (12: SIGUSR2; 0: none)",
+   NULL},
   {"REGION_LISTS", &hk_opt.region_lists, 0, 0, HK_REGION_LISTS_MAX,
    "region lists of a lock each; 0: one per CPU the process may run on, 8 to 64", NULL},
 };
@@ -81,7 +86,7 @@ static bool parse_word(const option_desc *o, const char *s, long *out) {
 
 /* Options whose value is text, kept in a buffer of their own (the
  * environment's strings may change under a running program). */
-static char stats_file[1024];
+static char stats_file[1024], profile_file[1024];
 typedef struct text_option_desc {
   const char *name;
   char *buf;
@@ -91,6 +96,8 @@ typedef struct text_option_desc {
 static const text_option_desc text_options[] = {
   {"STATS_FILE", stats_file, sizeof stats_file,
    "where HAKMEM_STATS writes (default stderr); %p: the pid; a second process's name gets .PID"},
+  {"PROFILE_FILE", profile_file, sizeof profile_file,
+   "where the heap profile goes (default hakmem.%p.heap, and .json beside it); %p: the pid"},
 };
 
 static const char *env_lookup(const char *name) {
@@ -177,6 +184,7 @@ void hk_options_init(void) {
     memcpy(o->buf, s, n + 1);
   }
   hk_opt.stats_file = stats_file[0] ? stats_file : NULL;
+  hk_opt.profile_file = profile_file[0] ? profile_file : "hakmem.%p.heap";
   hk_verbose = hk_opt.verbose != 0;
 }
 

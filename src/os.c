@@ -7,6 +7,7 @@ __thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -281,6 +282,28 @@ void hk_os_truncate(int fd) {
 }
 
 void hk_os_close(int fd) { close(fd); }
+
+void hk_os_copy_file(const char *path, int fd) {
+  int in = open(path, O_RDONLY | O_CLOEXEC);
+  if (in < 0) return;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(in, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    hk_os_write(fd, buf, (size_t)n);
+  }
+  close(in);
+}
+
+void hk_os_on_signal(int sig, void (*handler)(int)) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, NULL);
+}
 
 bool hk_verbose; /* HAKMEM_VERBOSE (set by hk_options_init) */
 

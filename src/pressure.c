@@ -63,6 +63,7 @@ void hk_pressure_purge_pass(void) {
   hk_heap_reap();
   hk_debug_regions();
   hk_unlock(&pass_lock);
+  hk_profile_poll();
 }
 
 bool hk_pressure_pending(void) {

@@ -20,11 +20,19 @@ hk_heap hk_heap_empty = {.free_owner = HK_NO_OWNER(&hk_heap_empty), /* (not NULL
                          .direct = {[0 ... HK_NCLASSES - 1] = &hk_page_empty}};
 __thread hk_tls_state hk_tls __attribute__((tls_model("initial-exec"))) = {&hk_heap_empty, HK_BUDGET_SHUT};
 
+bool hk_profile_on;       /* the heap profiler samples (profile.c) */
+hk_heap *hk_profile_heap; /* the heap its samples of size classes come from (made at the first) */
+
 /* The budget for the thread's heap as it is now: shut while malloc must
- * leave the fast path every time (no heap, cache mode, hardened mode). */
+ * leave the fast path every time (no heap, cache mode, hardened mode);
+ * with the profiler on, the bytes to the next sample (the exponential
+ * distribution is memoryless: a fresh draw at any time keeps every byte's
+ * chance of being sampled the same). */
 void hk_tls_arm(void) {
   hk_heap *h = hk_tls.heap;
-  hk_tls.budget = h->free_owner != h ? HK_BUDGET_SHUT : HK_BUDGET_OPEN;
+  hk_tls.budget = h->free_owner != h ? HK_BUDGET_SHUT
+                  : hk_profile_on    ? hk_random_gap((uint64_t)hk_opt.profile_rate)
+                                     : HK_BUDGET_OPEN;
 }
 
 

@@ -354,11 +354,13 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
       hk_free_local_push(self, page, b);
       return;
     }
-  } else if (self == &hk_heap_empty || hk_class_cache_max[cls] == 0 || owner == NULL || owner_idle(self, owner)) {
+  } else if (self == &hk_heap_empty || hk_class_cache_max[cls] == 0 || owner == NULL || owner_idle(self, owner) ||
+             owner == hk_profile_heap) {
     /* A block of an exited thread's page (no owner) goes straight back, so
      * the page can empty and be reused or given back: kept here, it would
      * pin its page for as long as this thread allocates nothing of the
-     * class. */
+     * class. A block the heap profiler sampled goes back too: reused from
+     * here, it would live on as a sample after its free (profile.c). */
     remote_push(page, b, b, 1);
     if (self != &hk_heap_empty) self->stats.remote_frees++;
     return;
@@ -370,6 +372,7 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
      * next cached malloc, keeps the mode) */
     self->free_owner = HK_NO_OWNER(self);
     hk_tls.budget = HK_BUDGET_SHUT; /* (self is this thread's heap) */
+    if (hk_profile_on) self->sample_left = hk_random_gap((uint64_t)hk_opt.profile_rate);
   }
   if (self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES) cache_halve(self);
   cache_keep(self, cls, page, b, owner);
@@ -404,7 +407,7 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
    * the class" (its maximum is 0) and hardened mode: one test for all. An
    * owner that is this thread is neither NULL nor idle. */
   if (HK_UNLIKELY(self->cache_room[cls] == 0 || self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES ||
-                  owner == NULL || owner_idle(self, owner))) {
+                  owner == NULL || owner_idle(self, owner) || owner == hk_profile_heap)) {
     if (hk_secure) hk_secure_free(b, page, self); /* (every class's room is 0 then: init.c) */
     else free_remote_other(b, page, self, owner);
     return;

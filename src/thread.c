@@ -89,12 +89,36 @@ static void *alloc_from(hk_heap *h, size_t size, unsigned cls) {
   return p;
 }
 
+/* A malloc the heap profiler samples (profile.c): a block of a size class
+ * from the profiler's heap, a large block marked in its header. */
+static HK_NOINLINE void *sampled_malloc(size_t size, hk_heap *h) {
+  hk_profile_poll();
+  if (size > HK_MEDIUM_MAX) {
+    void *p = hk_malloc_slow(size, h);
+    if (p != NULL && size > HK_MEDIUM_MAX && hk_profile_large(p, size)) hk_large_set_sampled(p);
+    return p;
+  }
+  if (hk_profile_heap == NULL) hk_profile_start_heap();
+  void *p = hk_profile_malloc(size, hk_size_class(size ? size : 1));
+  if (p != NULL) return p;
+  return h->free_owner != h ? hk_malloc_cached(size, h) : hk_malloc_heap(size, h);
+}
+
 /* malloc whose budget ran out: every malloc of a heap that is not its own
  * free_owner (cache mode, hardened mode, hk_heap_empty), which keeps the
- * budget shut; otherwise the budget is open again. */
+ * budget shut, and with the profiler on the heap's own per-heap count
+ * down to the next sample; otherwise a sample is due, or (profiler off)
+ * the budget is open again. */
 void *hk_malloc_gated(size_t size, hk_heap *h) {
   hk_tls_arm();
-  if (h->free_owner != h) return hk_malloc_cached(size, h);
+  if (h->free_owner != h) {
+    if (hk_profile_on && h != &hk_heap_empty && !hk_secure && (int64_t)(h->sample_left -= size) < 0) {
+      h->sample_left = hk_random_gap((uint64_t)hk_opt.profile_rate);
+      return sampled_malloc(size, h);
+    }
+    return hk_malloc_cached(size, h);
+  }
+  if (hk_profile_on) return sampled_malloc(size, h);
   return hk_malloc_heap(size, h);
 }
 

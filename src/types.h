@@ -233,6 +233,7 @@ typedef struct hk_region {
       uint16_t large_zero;       /* data is known to be zero (fresh mapping) */
       uint16_t large_detached;   /* alignment >= 4 MiB: data is outside the header's
                                     4 MiB unit; found through a list, not the bitmap */
+      uint16_t large_sampled;    /* live, and sampled by the heap profiler (profile.c) */
       size_t cached_resident;    /* in the cache: data bytes still committed (0 once purged) */
       size_t block_end;          /* live: the block's usable bytes end at base + block_end; a
                                     mapping reused whole keeps its tail beyond for a larger block */
@@ -280,6 +281,8 @@ typedef struct hk_heap {
   uint32_t cache_bytes;           /* bytes in the thread cache (cache_first[]) */
   uint32_t cache_remote;          /* blocks of other heaps put into the cache since the last
                                      check (remote.c: leaving cache mode) */
+  uint64_t sample_left;           /* in cache mode with the heap profiler on: bytes to the next
+                                     sample (the thread's budget is shut then: thread.c) */
   struct hk_heap *free_owner;     /* what free's fast path finds in page->heap for a block to
                                      take its page's list: this heap, or in cache mode
                                      HK_NO_OWNER(this heap), which no page holds (remote.c);
@@ -376,6 +379,10 @@ typedef struct hk_options {
   long arena_mb;          /* HAKMEM_ARENA_MB */
   long region_lists;      /* HAKMEM_REGION_LISTS */
   const char *stats_file; /* HAKMEM_STATS_FILE (NULL: stderr) */
+  long profile;           /* HAKMEM_PROFILE */
+  long profile_rate;      /* HAKMEM_PROFILE_RATE */
+  long profile_signal;    /* HAKMEM_PROFILE_SIGNAL */
+  const char *profile_file; /* HAKMEM_PROFILE_FILE */
 } hk_options;
 
 /* ---- statistics (stats.c) ---- */

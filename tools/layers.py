@@ -26,7 +26,7 @@ LAYERS = [
     ["spares.c", "lend.c", "abandoned.c"],                         # a heap's pages, off the queues
     ["queue.c"],                                                   # a heap's queues, the page search
     ["remote.c"],                                                  # frees of other heaps' blocks
-    ["heap.c", "large.c"],                                         # heaps' life cycle, the large tier
+    ["heap.c", "large.c", "profile.c"],                                         # heaps' life cycle, the large tier
     ["pressure.c"],                                                # giving memory back
     ["init.c"],                                                    # initialisation, fork
     ["thread.c"],                                                  # a thread's heap, malloc's slow path

@@ -1,0 +1,604 @@
+/* The sampling heap profiler (HAKMEM_PROFILE=1, docs/PROFILE.md).
+ *
+ * Sampling: each thread's malloc budget (hk_tls_state) holds the bytes
+ * until its next sample, drawn from an exponential distribution of mean
+ * HAKMEM_PROFILE_RATE; the allocation that takes it below zero is sampled.
+ * Every byte allocated is thus sampled with the same probability, 1/rate,
+ * and an allocation of s bytes with probability 1 - exp(-s/rate): a sample
+ * stands for 1 / (1 - exp(-s/rate)) allocations like it (the estimate
+ * pprof makes from a heap_v2 profile, and the JSON's).
+ *
+ * A sampled block of a size class comes from the profiler's own heap,
+ * under profile_lock, so that no thread's fast paths need to know whether
+ * a block is sampled: every free of such a block is a remote free (no
+ * thread owns the heap), which remote.c sends to the page rather than to a
+ * thread cache. A sample is live while its block is: in a live page of the
+ * profiler's heap, a carved block that does not look free (checked at each
+ * dump, and when the table fills). A sampled large block carries a flag in
+ * its header; freeing it drops the sample at once.
+ *
+ * Stacks come from the unwinder (_Unwind_Backtrace: the tables of every
+ * binary, frame pointers or not), taken before the lock. The tables live
+ * in memory mapped here; nothing in this file calls malloc. */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <signal.h>
+#include <string.h>
+#include <unwind.h>
+
+#define STACK_MAX 48           /* frames kept per sample */
+#define STACKS_MAX (1u << 14)  /* distinct stacks (a table of 16,384) */
+#define SAMPLES_MIN (1u << 14) /* the live-sample table's first size; doubles when 3/4 full */
+
+typedef struct prof_stack {
+  uint64_t hash;     /* 0: free slot */
+  uint32_t depth;
+  uint32_t pad;
+  uint64_t alloc_count, alloc_bytes; /* samples taken here, and their bytes (raw) */
+  uintptr_t pc[STACK_MAX];
+} prof_stack;
+
+typedef struct prof_sample {
+  uintptr_t addr; /* 0: free slot */
+  uint64_t size;  /* bytes asked for */
+  uint32_t stack; /* index in stacks[] */
+  uint32_t large; /* a large block (dropped when freed: hk_profile_forget) */
+} prof_sample;
+
+static pthread_mutex_t profile_lock = PTHREAD_MUTEX_INITIALIZER;
+static prof_stack *stacks;   /* profile_lock */
+static uint32_t nstacks;
+static prof_sample *samples; /* profile_lock: open addressing, linear probing */
+static size_t sample_cap, nsamples;
+static uintptr_t lib_start, lib_end; /* this library's code: frames skipped at a stack's top */
+static __thread bool sampling __attribute__((tls_model("initial-exec"))); /* no sample within a sample */
+
+/* ---- stacks ---- */
+
+typedef struct unwind_state {
+  uintptr_t *pc;
+  uint32_t n, max;
+  bool top; /* still in this library's frames */
+} unwind_state;
+
+static _Unwind_Reason_Code unwind_one(struct _Unwind_Context *ctx, void *arg) {
+  unwind_state *u = arg;
+  uintptr_t ip = _Unwind_GetIP(ctx);
+  if (ip == 0) return _URC_END_OF_STACK;
+  if (u->top && ip >= lib_start && ip < lib_end) return _URC_NO_REASON;
+  u->top = false;
+  u->pc[u->n++] = ip;
+  return u->n == u->max ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+static uint64_t stack_hash(const uintptr_t *pc, uint32_t n) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
+  for (uint32_t i = 0; i < n; i++) h = (h ^ pc[i]) * 0xff51afd7ed558ccdull, h ^= h >> 29;
+  return h | 1;
+}
+
+/* The stack's index, added if new (the last slot collects the stacks that
+ * find the table full). Under profile_lock. */
+static uint32_t stack_index(const uintptr_t *pc, uint32_t n) {
+  uint64_t h = stack_hash(pc, n);
+  for (uint32_t i = (uint32_t)h & (STACKS_MAX - 1), probes = 0; probes < STACKS_MAX; i = (i + 1) & (STACKS_MAX - 1), probes++) {
+    prof_stack *s = &stacks[i];
+    if (s->hash == h && s->depth == n && memcmp(s->pc, pc, n * sizeof *pc) == 0) return i;
+    if (s->hash == 0) {
+      if (nstacks + 1 >= STACKS_MAX) break;
+      s->hash = h;
+      s->depth = n;
+      memcpy(s->pc, pc, n * sizeof *pc);
+      nstacks++;
+      return i;
+    }
+  }
+  return STACKS_MAX; /* (a slot past the table: see hk_profile_init) */
+}
+
+/* ---- live samples ---- */
+
+static size_t sample_slot(uintptr_t addr) {
+  uint64_t h = (addr >> 4) * 0x9e3779b97f4a7c15ull;
+  return (size_t)(h >> 20) & (sample_cap - 1);
+}
+
+/* Remove slot i, shifting later entries of its run back (no tombstones). */
+static void sample_remove_at(size_t i) {
+  size_t mask = sample_cap - 1;
+  samples[i].addr = 0;
+  nsamples--;
+  for (size_t j = (i + 1) & mask; samples[j].addr != 0; j = (j + 1) & mask) {
+    size_t home = sample_slot(samples[j].addr);
+    /* j's entry may move to i if its home is not in (i, j] cyclically */
+    if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
+      samples[i] = samples[j];
+      samples[j].addr = 0;
+      i = j;
+    }
+  }
+}
+
+static prof_sample *sample_find(uintptr_t addr) {
+  for (size_t i = sample_slot(addr);; i = (i + 1) & (sample_cap - 1)) {
+    if (samples[i].addr == addr) return &samples[i];
+    if (samples[i].addr == 0) return NULL;
+  }
+}
+
+/* Is the sampled small block still live? Its page must be a live page of
+ * the profiler's heap in the arena (looked up as free() does, so a page
+ * given back since is no risk) holding it as a carved block, and the block
+ * must not look free. Outside the arena the page cannot be looked up
+ * safely: counted live. */
+static bool small_live(uintptr_t a) {
+  uintptr_t slab = hk_arena_slab(a);
+  if (slab >= HK_ARENA_SLABS) return true;
+  hk_page *page = hk_arena_page(slab);
+  return hk_is_carved_block(page, a) && hk_load_relaxed(&page->heap) == hk_profile_heap &&
+         !hk_looks_free(page, (const hk_block *)a);
+}
+
+/* Drop the samples whose blocks were freed. */
+static void sweep(void) {
+  for (size_t i = 0; i < sample_cap;) {
+    if (samples[i].addr != 0 && !samples[i].large && !small_live(samples[i].addr)) {
+      sample_remove_at(i); /* (slot i may hold a moved entry now: look again) */
+      continue;
+    }
+    i++;
+  }
+}
+
+static bool grow(void) {
+  size_t cap = sample_cap * 2;
+  prof_sample *t = hk_os_map_aligned(cap * sizeof *t, 4096), *old = samples;
+  if (t == NULL) return false;
+  size_t old_cap = sample_cap;
+  samples = t;
+  sample_cap = cap;
+  nsamples = 0;
+  for (size_t i = 0; i < old_cap; i++) {
+    if (old[i].addr == 0) continue;
+    size_t j = sample_slot(old[i].addr);
+    while (samples[j].addr != 0) j = (j + 1) & (cap - 1);
+    samples[j] = old[i];
+    nsamples++;
+  }
+  hk_os_unmap(old, old_cap * sizeof *old);
+  return true;
+}
+
+static void sample_add(uintptr_t addr, size_t size, uint32_t stack, bool large) {
+  prof_sample *s = sample_find(addr);
+  if (s == NULL) {
+    if ((nsamples + 1) * 4 > sample_cap * 3) {
+      sweep();
+      if ((nsamples + 1) * 4 > sample_cap * 3 && !grow()) return;
+    }
+    size_t i = sample_slot(addr);
+    while (samples[i].addr != 0) i = (i + 1) & (sample_cap - 1);
+    s = &samples[i];
+    nsamples++;
+  }
+  /* (an address sampled before: that block was freed and its place reused) */
+  *s = (prof_sample){addr, size, stack, large};
+  stacks[stack].alloc_count++;
+  stacks[stack].alloc_bytes += size;
+}
+
+/* ---- the sampled allocation ---- */
+
+/* The stack of the allocation being sampled, this library's frames left out. */
+static uint32_t take_stack(uintptr_t *pc) {
+  unwind_state u = {pc, 0, STACK_MAX, true};
+  _Unwind_Backtrace(unwind_one, &u);
+  return u.n;
+}
+
+void *hk_profile_malloc(size_t size, unsigned cls) {
+  if (sampling) return NULL; /* (the unwinder allocating: the caller allocates as usual) */
+  sampling = true;
+  uintptr_t pc[STACK_MAX];
+  uint32_t n = take_stack(pc);
+  hk_lock(&profile_lock);
+  void *p = hk_profile_heap != NULL ? hk_heap_alloc(hk_profile_heap, size, cls) : NULL;
+  if (p != NULL) sample_add((uintptr_t)p, size, stack_index(pc, n), false);
+  hk_unlock(&profile_lock);
+  sampling = false;
+  return p;
+}
+
+bool hk_profile_large(void *p, size_t size) {
+  if (sampling) return false;
+  sampling = true;
+  uintptr_t pc[STACK_MAX];
+  uint32_t n = take_stack(pc);
+  hk_lock(&profile_lock);
+  sample_add((uintptr_t)p, size, stack_index(pc, n), true);
+  hk_unlock(&profile_lock);
+  sampling = false;
+  return true;
+}
+
+void hk_profile_forget(void *p) {
+  hk_lock(&profile_lock);
+  prof_sample *s = sample_find((uintptr_t)p);
+  if (s != NULL) sample_remove_at((size_t)(s - samples));
+  hk_unlock(&profile_lock);
+}
+
+/* ---- the profile ---- */
+
+typedef struct out {
+  int fd;
+  char buf[4096];
+  size_t n;
+} out;
+
+static void out_flush(out *o) {
+  hk_os_write(o->fd, o->buf, o->n);
+  o->n = 0;
+}
+static void out_put(out *o, const char *s, size_t n) {
+  while (n > 0) {
+    if (o->n == sizeof o->buf) out_flush(o);
+    size_t k = sizeof o->buf - o->n < n ? sizeof o->buf - o->n : n;
+    memcpy(o->buf + o->n, s, k);
+    o->n += k;
+    s += k;
+    n -= k;
+  }
+}
+static void out_str(out *o, const char *s) { out_put(o, s, strlen(s)); }
+static void out_dec(out *o, uint64_t v) {
+  char d[24];
+  out_put(o, d, hk_fmt_dec(d, v));
+}
+static void out_hex(out *o, uintptr_t v) {
+  char d[24];
+  out_put(o, d, hk_fmt_hex(d, v));
+}
+/* a JSON string's content */
+static void out_json_str(out *o, const char *s) {
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      char e[2] = {'\\', (char)ch};
+      out_put(o, e, 2);
+    } else if (ch < 0x20 || ch >= 0x7f) {
+      static const char hex[] = "0123456789abcdef";
+      char e[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
+      out_put(o, e, 6);
+    } else {
+      out_put(o, s, 1);
+    }
+  }
+}
+
+/* The estimate a sample of `size` bytes stands for, in allocations. */
+static double scale(uint64_t size) {
+  double x = (double)size / (double)hk_opt.profile_rate;
+  /* 1 / (1 - exp(-x)), with exp from its series for small x (no libm) */
+  double e;
+  if (x < 1e-6) return 1 / x;
+  if (x > 40) return 1;
+  /* exp(-x) = 2^(-x / ln 2): the integer part by halving, the rest by a series */
+  double y = x / 0.6931471805599453;
+  int k = (int)y;
+  double r = (y - k) * 0.6931471805599453, term = 1, sum = 1;
+  for (int i = 1; i < 20; i++) {
+    term *= -r / i;
+    sum += term;
+  }
+  e = sum;
+  for (int i = 0; i < k; i++) e *= 0.5;
+  return 1 / (1 - e);
+}
+
+/* Per stack: the live samples' count and bytes, raw. Under profile_lock,
+ * after sweep(). Uses the stacks' pad field as a mark. */
+typedef struct live_tally { uint64_t count, bytes; double est_count, est_bytes; } live_tally;
+
+static live_tally *live_by_stack(void) {
+  static live_tally *t;
+  if (t == NULL) t = hk_os_map_aligned((STACKS_MAX + 1) * sizeof *t, 4096);
+  if (t == NULL) return NULL;
+  memset(t, 0, (STACKS_MAX + 1) * sizeof *t);
+  for (size_t i = 0; i < sample_cap; i++) {
+    const prof_sample *s = &samples[i];
+    if (s->addr == 0) continue;
+    live_tally *l = &t[s->stack];
+    double k = scale(s->size);
+    l->count++;
+    l->bytes += s->size;
+    l->est_count += k;
+    l->est_bytes += k * (double)s->size;
+  }
+  return t;
+}
+
+/* The heap profile in the text format of gperftools' heap profiler,
+ * "heap_v2" (what google-pprof reads; it scales the raw counts itself):
+ * a header, one line per stack with its live and allocated samples, and
+ * the process's mappings. */
+static void write_pprof(int fd, const live_tally *t) {
+  out o = {.fd = fd};
+  uint64_t lc = 0, lb = 0, ac = 0, ab = 0;
+  for (uint32_t i = 0; i <= STACKS_MAX; i++) {
+    lc += t[i].count;
+    lb += t[i].bytes;
+    if (i < STACKS_MAX) ac += stacks[i].alloc_count, ab += stacks[i].alloc_bytes;
+  }
+  out_str(&o, "heap profile: ");
+  out_dec(&o, lc); out_str(&o, ": "); out_dec(&o, lb);
+  out_str(&o, " ["); out_dec(&o, ac); out_str(&o, ": "); out_dec(&o, ab);
+  out_str(&o, "] @ heap_v2/");
+  out_dec(&o, (uint64_t)hk_opt.profile_rate);
+  out_str(&o, "\n");
+  for (uint32_t i = 0; i < STACKS_MAX; i++) {
+    const prof_stack *s = &stacks[i];
+    if (s->hash == 0 || (s->alloc_count == 0 && t[i].count == 0)) continue;
+    out_dec(&o, t[i].count); out_str(&o, ": "); out_dec(&o, t[i].bytes);
+    out_str(&o, " ["); out_dec(&o, s->alloc_count); out_str(&o, ": "); out_dec(&o, s->alloc_bytes);
+    out_str(&o, "] @");
+    for (uint32_t k = 0; k < s->depth; k++) {
+      out_str(&o, " ");
+      out_hex(&o, s->pc[k]);
+    }
+    out_str(&o, "\n");
+  }
+  out_str(&o, "\nMAPPED_LIBRARIES:\n");
+  out_flush(&o);
+  hk_os_copy_file("/proc/self/maps", fd);
+}
+
+static void write_frame_json(out *o, uintptr_t pc) {
+  out_str(o, "{\"pc\":\"");
+  out_hex(o, pc);
+  out_str(o, "\"");
+  Dl_info info;
+  if (dladdr((void *)(pc - 1), &info) != 0) {
+    if (info.dli_fname != NULL) {
+      out_str(o, ",\"object\":\"");
+      out_json_str(o, info.dli_fname);
+      out_str(o, "\",\"offset\":");
+      out_dec(o, pc - (uintptr_t)info.dli_fbase);
+    }
+    if (info.dli_sname != NULL) {
+      out_str(o, ",\"function\":\"");
+      out_json_str(o, info.dli_sname);
+      out_str(o, "\"");
+    }
+  }
+  out_str(o, "}");
+}
+
+/* The same as JSON (docs/PROFILE.md): estimates and raw samples per stack,
+ * frames with their object, offset and (exported) function name. */
+static void write_json(int fd, const live_tally *t) {
+  out o = {.fd = fd};
+  double lb = 0, lc = 0, ab = 0, ac = 0;
+  for (uint32_t i = 0; i <= STACKS_MAX; i++) lb += t[i].est_bytes, lc += t[i].est_count;
+  out_str(&o, "{\"hakmem\":\"" HK_VERSION_STRING "\",\"pid\":");
+  out_dec(&o, (uint64_t)hk_os_pid());
+  out_str(&o, ",\"rate\":");
+  out_dec(&o, (uint64_t)hk_opt.profile_rate);
+  out_str(&o, ",\"live_bytes\":");
+  out_dec(&o, (uint64_t)(lb + 0.5));
+  out_str(&o, ",\"live_count\":");
+  out_dec(&o, (uint64_t)(lc + 0.5));
+  out_str(&o, ",\"stacks\":[");
+  bool first = true;
+  for (uint32_t i = 0; i < STACKS_MAX; i++) {
+    const prof_stack *s = &stacks[i];
+    if (s->hash == 0 || (s->alloc_count == 0 && t[i].count == 0)) continue;
+    double aest = 0;
+    (void)aest;
+    out_str(&o, first ? "{" : ",{");
+    first = false;
+    out_str(&o, "\"live_bytes\":");
+    out_dec(&o, (uint64_t)(t[i].est_bytes + 0.5));
+    out_str(&o, ",\"live_count\":");
+    out_dec(&o, (uint64_t)(t[i].est_count + 0.5));
+    /* allocated: each raw sample scaled by its average size's weight */
+    double k = s->alloc_count ? scale(s->alloc_bytes / s->alloc_count) : 0;
+    ab += k * (double)s->alloc_bytes;
+    ac += k * (double)s->alloc_count;
+    out_str(&o, ",\"alloc_bytes\":");
+    out_dec(&o, (uint64_t)(k * (double)s->alloc_bytes + 0.5));
+    out_str(&o, ",\"alloc_count\":");
+    out_dec(&o, (uint64_t)(k * (double)s->alloc_count + 0.5));
+    out_str(&o, ",\"samples_live\":");
+    out_dec(&o, t[i].count);
+    out_str(&o, ",\"samples\":");
+    out_dec(&o, s->alloc_count);
+    out_str(&o, ",\"frames\":[");
+    for (uint32_t f = 0; f < s->depth; f++) {
+      if (f) out_str(&o, ",");
+      write_frame_json(&o, s->pc[f]);
+    }
+    out_str(&o, "]}");
+  }
+  out_str(&o, "],\"alloc_bytes\":");
+  out_dec(&o, (uint64_t)(ab + 0.5));
+  out_str(&o, ",\"alloc_count\":");
+  out_dec(&o, (uint64_t)(ac + 0.5));
+  out_str(&o, "}\n");
+  out_flush(&o);
+}
+
+/* The file name: the option's, %p replaced by the pid. */
+static bool profile_path(char *name, size_t size, const char *path, const char *suffix) {
+  char d[24];
+  size_t dn = hk_fmt_dec(d, (uint64_t)hk_os_pid()), n = 0;
+  for (const char *s = path; *s; s++) {
+    if (s[0] == '%' && s[1] == 'p') {
+      if (n + dn >= size) return false;
+      memcpy(name + n, d, dn);
+      n += dn;
+      s++;
+    } else {
+      if (n + 1 >= size) return false;
+      name[n++] = *s;
+    }
+  }
+  size_t sn = strlen(suffix);
+  if (n + sn >= size) return false;
+  memcpy(name + n, suffix, sn + 1);
+  return true;
+}
+
+int hk_profile_dump(const char *path) {
+  if (!hk_profile_on) {
+    errno = ENOSYS;
+    return -1;
+  }
+  char name[1100];
+  if (path == NULL) path = hk_opt.profile_file;
+  if (!profile_path(name, sizeof name, path, "")) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  hk_lock(&profile_lock);
+  sweep();
+  const live_tally *t = live_by_stack();
+  int rc = -1;
+  if (t == NULL) errno = ENOMEM;
+  int fd = t != NULL ? hk_os_create(name) : -1;
+  if (fd >= 0) {
+    write_pprof(fd, t);
+    hk_os_close(fd);
+    size_t n = strlen(name);
+    memcpy(name + n, ".json", 6);
+    fd = hk_os_create(name);
+    if (fd >= 0) {
+      write_json(fd, t);
+      hk_os_close(fd);
+      rc = 0;
+    }
+  }
+  hk_unlock(&profile_lock);
+  return rc;
+}
+
+/* The leak report at exit: the stacks holding the most live bytes
+ * (estimates), to stderr. */
+static void leak_report(void) {
+  hk_lock(&profile_lock);
+  sweep();
+  live_tally *t = live_by_stack();
+  if (t == NULL) {
+    hk_unlock(&profile_lock);
+    return;
+  }
+  double total = 0;
+  for (uint32_t i = 0; i <= STACKS_MAX; i++) total += t[i].est_bytes;
+  out o = {.fd = 2};
+  out_str(&o, "hakmem: profile: ");
+  out_dec(&o, (uint64_t)(total + 0.5));
+  out_str(&o, " bytes live at exit (estimated from ");
+  out_dec(&o, nsamples);
+  out_str(&o, " samples, 1 per ");
+  out_dec(&o, (uint64_t)hk_opt.profile_rate);
+  out_str(&o, " bytes); the largest by allocation site:\n");
+  for (int rank = 0; rank < 10; rank++) {
+    uint32_t best = STACKS_MAX + 1;
+    for (uint32_t i = 0; i < STACKS_MAX; i++)
+      if (t[i].est_bytes > 0 && (best > STACKS_MAX || t[i].est_bytes > t[best].est_bytes)) best = i;
+    if (best > STACKS_MAX) break;
+    out_str(&o, "hakmem:   ");
+    out_dec(&o, (uint64_t)(t[best].est_bytes + 0.5));
+    out_str(&o, " bytes in ");
+    out_dec(&o, (uint64_t)(t[best].est_count + 0.5));
+    out_str(&o, " blocks at");
+    const prof_stack *s = &stacks[best];
+    for (uint32_t f = 0; f < s->depth && f < 6; f++) {
+      Dl_info info;
+      out_str(&o, f ? " < " : " ");
+      if (dladdr((void *)(s->pc[f] - 1), &info) != 0 && info.dli_sname != NULL) {
+        out_str(&o, info.dli_sname);
+      } else {
+        out_hex(&o, s->pc[f]);
+      }
+    }
+    out_str(&o, "\n");
+    t[best].est_bytes = 0;
+  }
+  out_flush(&o);
+  hk_unlock(&profile_lock);
+}
+
+/* ---- start, signal, exit ---- */
+
+/* This library's code segment, unless the library is linked into the
+ * program (libhakmem.a): the program's own frames would go too then. */
+static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  uintptr_t me = (uintptr_t)arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    uintptr_t start = info->dlpi_addr + ph->p_vaddr, end = start + ph->p_memsz;
+    if (me < start || me >= end) continue;
+    if (info->dlpi_name != NULL && info->dlpi_name[0] != 0) {
+      lib_start = start;
+      lib_end = end;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+static volatile sig_atomic_t dump_asked;
+
+static void on_signal(int sig) {
+  (void)sig;
+  dump_asked = 1;
+}
+
+/* The signal's dump, made by the next sampled allocation or by the
+ * purger's pass, where no lock of the program's or of hakmem's is held. */
+void hk_profile_poll(void) {
+  if (dump_asked && hk_profile_on) {
+    dump_asked = 0;
+    hk_profile_dump(NULL);
+  }
+}
+
+/* At start-up (hk_init, before malloc works): the tables and the profiler's
+ * heap are made at the first sample. */
+void hk_profile_init(void) {
+  if (!hk_opt.profile || hk_secure) return;
+  sample_cap = SAMPLES_MIN;
+  samples = hk_os_map_aligned(sample_cap * sizeof *samples, 4096);
+  stacks = hk_os_map_aligned((STACKS_MAX + 1) * sizeof *stacks, 4096);
+  if (samples == NULL || stacks == NULL) return;
+  if (hk_opt.profile_signal > 0) hk_os_on_signal((int)hk_opt.profile_signal, on_signal);
+  hk_profile_on = true;
+}
+
+/* Made at the first sample, outside any lock (hk_heap_new may map). */
+void hk_profile_start_heap(void) {
+  dl_iterate_phdr(find_self, (void *)(uintptr_t)&hk_profile_init); /* (not at start: takes the loader's lock) */
+  hk_lock(&profile_lock);
+  if (hk_profile_heap == NULL) {
+    hk_heap *h = hk_heap_new();
+    if (h != NULL) hk_store_relaxed(&h->tid, 0); /* no thread of its own: never reaped */
+    hk_profile_heap = h;
+  }
+  hk_unlock(&profile_lock);
+}
+
+__attribute__((destructor)) static void profile_at_exit(void) {
+  if (!hk_profile_on) return;
+  hk_profile_dump(NULL);
+  leak_report();
+}
+
+void hk_profile_fork_prepare(void) { hk_lock(&profile_lock); }
+void hk_profile_fork_parent(void) { hk_unlock(&profile_lock); }
+void hk_profile_fork_child(void) { pthread_mutex_init(&profile_lock, NULL); }

@@ -1,0 +1,83 @@
+/* The heap profiler's subject (tests/profile_check.sh runs it with
+ * HAKMEM_PROFILE=1 and reads what it writes): known live sets allocated at
+ * known functions, some freed here and some by another thread, the rest
+ * churned.
+ *   test_profile dump PATH    the workload, then hak_profile_dump(PATH);
+ *                             prints "live BYTES" (the true live bytes of
+ *                             the workload) and "churned BYTES"
+ *   test_profile signal PATH  the workload, then SIGUSR2 (HAKMEM_PROFILE_FILE
+ *                             must name PATH) and allocations until the
+ *                             profile appears
+ *   test_profile [off]        hak_profile_dump fails with ENOSYS (the profiler off) */
+#include "api.h"
+
+#include <pthread.h>
+#include <sys/stat.h>
+
+enum { SMALL = 200000, LARGE = 8 };
+static void *small[SMALL], *large[LARGE], *cross[SMALL / 4];
+
+__attribute__((noinline)) void profile_keep_small(void) {
+  for (int i = 0; i < SMALL; i++) {
+    small[i] = malloc(100);
+    CHECK(small[i] != NULL, "malloc");
+  }
+}
+
+__attribute__((noinline)) void profile_keep_large(void) {
+  for (int i = 0; i < LARGE; i++) {
+    large[i] = malloc(3u << 20);
+    CHECK(large[i] != NULL, "malloc");
+  }
+}
+
+__attribute__((noinline)) void profile_churn(size_t bytes) {
+  for (size_t done = 0; done < bytes; done += 1000) {
+    void *p = malloc(1000);
+    *(volatile char *)p = 1;
+    free(p);
+  }
+}
+
+__attribute__((noinline)) void *profile_keep_cross(void *arg) {
+  for (int i = 0; i < SMALL / 4; i++) cross[i] = calloc(1, 256);
+  return arg;
+}
+
+static size_t workload(void) {
+  profile_keep_small();
+  profile_keep_large();
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, profile_keep_cross, NULL) == 0 && pthread_join(t, NULL) == 0, "thread");
+  profile_churn((size_t)100 << 20);
+  /* half of each small set freed, the other thread's by this one */
+  for (int i = 0; i < SMALL; i += 2) free(small[i]);
+  for (int i = 0; i < SMALL / 4; i += 2) free(cross[i]);
+  free(large[0]);
+  return (size_t)(SMALL / 2) * 100 + (size_t)(LARGE - 1) * (3u << 20) + (size_t)(SMALL / 8) * 256;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "off") == 0) {
+    errno = 0;
+    CHECK(hak_profile_dump("/nonexistent/x") == -1 && errno == ENOSYS, "hak_profile_dump without the profiler");
+    printf("test_profile: off: OK\n");
+    return 0;
+  }
+  CHECK(argc >= 3, "usage: test_profile dump|signal PATH | [off]");
+  size_t live = workload();
+  if (strcmp(argv[1], "dump") == 0) {
+    CHECK(hak_profile_dump(argv[2]) == 0, "hak_profile_dump(%s): %s", argv[2], strerror(errno));
+  } else {
+    raise(SIGUSR2);
+    /* the dump comes with the next sample or the purger's next pass */
+    struct stat st;
+    for (int i = 0; i < 5000 && stat(argv[2], &st) != 0; i++) {
+      profile_churn((size_t)1 << 20);
+      usleep(1000);
+    }
+    CHECK(stat(argv[2], &st) == 0, "no profile at %s after the signal", argv[2]);
+  }
+  printf("live %zu\nchurned %zu\n", live, (size_t)100 << 20);
+  return 0;
+}
