@@ -4,6 +4,7 @@
     python3 bench/docs_results.py [--suite bench/results/bench-full.json]
                                   [--sweep bench/results/sweep-full.json]
                                   [--hardened DIR/bench-full.json]
+                                  [--profiler DIR/bench-full.json]
 
 Each part lies between two marker comments in docs/BENCHMARKS.md and is
 replaced whole; the text around them is left alone. The suite's part
@@ -15,6 +16,12 @@ default build against a hardened one (its command is in that table):
 
     python3 bench/run.py --with hakmem-secure=BUILD/libhakmem.so \
         --allocators hakmem,hakmem-secure --repeats 3 --out DIR
+
+and the heap profiler's in docs/PROFILE.md from a run of the library with
+and without it:
+
+    python3 bench/run.py --with hakmem-prof=build/libhakmem.so,HAKMEM_PROFILE=1,HAKMEM_PROFILE_FILE=DIR/h.%p \
+        --allocators hakmem,hakmem-prof --repeats 5 --out DIR
 """
 import argparse
 import json
@@ -46,7 +53,7 @@ def splice(text, name, body):
     end = f"<!-- end generated: {name} -->"
     pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     if not pat.search(text):
-        sys.exit(f"docs_results.py: markers for '{name}' not found in {DOC}")
+        sys.exit(f"docs_results.py: markers for '{name}' not found")
     return pat.sub(lambda _: begin + "\n" + body.rstrip() + "\n" + end, text)
 
 
@@ -203,16 +210,16 @@ mimalloc alone: {vs('mimalloc', 'ops_per_sec', False):.2f}x its throughput, {vs(
     return out
 
 
-def hardened_part(path):
-    """The hardened mode's cost: each benchmark's throughput in both builds,
-    the slowdown, peak RSS, and geometric means."""
+def cost_part(path, other, label, setup, subject):
+    """A variant's cost (`other` against hakmem in one run): each benchmark's
+    throughput in both, the slowdown, peak RSS, and geometric means."""
     data = json.load(open(path))
     meta, summ = data["meta"], data["summary"]
     rows, slow, rss = [], [], []
     for b in data["benchmarks"]:
         s = summ.get(b["name"], {})
-        d, h = ok(s, "hakmem", "ops_per_sec"), ok(s, "hakmem-secure", "ops_per_sec")
-        dr, hr = ok(s, "hakmem", "peak_rss_kb"), ok(s, "hakmem-secure", "peak_rss_kb")
+        d, h = ok(s, "hakmem", "ops_per_sec"), ok(s, other, "ops_per_sec")
+        dr, hr = ok(s, "hakmem", "peak_rss_kb"), ok(s, other, "peak_rss_kb")
         mem = f"{hr / dr:.2f}x" if dr and hr else ""
         if dr and hr:
             rss.append(hr / dr)
@@ -222,18 +229,29 @@ def hardened_part(path):
         rows.append(f"| {b['name']} | {d / 1e6:.3g} | {h / 1e6:.3g} | {d / h:.2f}x | {mem} |")
     worst = max(slow)
     return "\n".join([
-        f"`{meta['command']}`, where the second library is the same commit built with",
-        f"`-DHAKMEM_SECURE_DEFAULT=ON`; {meta['date']}, commit {meta['commit']}, "
+        f"`{meta['command']}`, {setup}; {meta['date']}, commit {meta['commit']}, "
         f"{meta['nproc']} CPUs ({meta['cpu']}), medians of {meta['repeats']}.",
         "",
-        "| benchmark | hakmem (Mops/s) | hardened (Mops/s) | slowdown | hardened peak RSS |",
+        f"| benchmark | hakmem (Mops/s) | {label} (Mops/s) | slowdown | {label} peak RSS |",
         "|---|---:|---:|---:|---:|",
         *rows,
         "",
-        f"Geometric mean over the {len(slow)} timed benchmarks: hardened mode is "
-        f"**{geomean([x for x, _ in slow]):.2f}x** slower; the most: {worst[1]}, {worst[0]:.2f}x. "
-        f"Peak RSS: {geomean(rss):.2f}x the default's (geometric mean over {len(rss)} benchmarks).",
+        f"Geometric mean over the {len(slow)} timed benchmarks: {subject} "
+        f"**{geomean([x for x, _ in slow]):.3f}x** as slow; the most: {worst[1]}, {worst[0]:.2f}x. "
+        f"Peak RSS: {geomean(rss):.3f}x the default's (geometric mean over {len(rss)} benchmarks).",
     ])
+
+
+def hardened_part(path):
+    return cost_part(path, "hakmem-secure", "hardened",
+                     "where the second library is the same commit built with `-DHAKMEM_SECURE_DEFAULT=ON`",
+                     "hardened mode is")
+
+
+def profiler_part(path):
+    return cost_part(path, "hakmem-prof", "profiling",
+                     "the second allocator the same library run with `HAKMEM_PROFILE=1`",
+                     "with the heap profiler on, hakmem is")
 
 
 def main():
@@ -241,7 +259,14 @@ def main():
     ap.add_argument("--suite", default=os.path.join(REPO, "bench", "results", "bench-full.json"))
     ap.add_argument("--sweep", default=os.path.join(REPO, "bench", "results", "sweep-full.json"))
     ap.add_argument("--hardened", help="a run of hakmem against hakmem-secure (see above)")
+    ap.add_argument("--profiler", help="a run of hakmem against hakmem-prof (see above)")
     args = ap.parse_args()
+    if args.profiler:
+        doc = os.path.join(REPO, "docs", "PROFILE.md")
+        text = splice(open(doc).read(), "profiler cost", profiler_part(args.profiler))
+        open(doc, "w").write(text)
+        print("docs_results.py: wrote", doc, "from", args.profiler)
+        return
     if args.hardened:
         safety = splice(open(SAFETY).read(), "hardened cost", hardened_part(args.hardened))
         open(SAFETY, "w").write(safety)

@@ -43,8 +43,9 @@ def main():
                     "with --sweep: the configurations whose id contains NAME)")
     ap.add_argument("--sweep", action="store_true",
                     help="the workload sweep: generated configurations (bench/sweep_configs.py), 3 repeats")
-    ap.add_argument("--with", dest="with_", action="append", default=[], metavar="NAME=PATH",
-                    help="also measure the allocator in PATH (a preloadable .so)")
+    ap.add_argument("--with", dest="with_", action="append", default=[], metavar="NAME=PATH[,VAR=VALUE...]",
+                    help="also measure the allocator in PATH (a preloadable .so), its runs given the "
+                    "variables that follow (e.g. hakmem-prof=build/libhakmem.so,HAKMEM_PROFILE=1)")
     ap.add_argument("--allocators", action="append", default=[], metavar="A,B",
                     help="measure only these allocators (names as in the table)")
     ap.add_argument("--repeats", type=int, help="runs per benchmark and allocator (default 5, quick 2, sweep 3)")

@@ -89,12 +89,13 @@ def discover_allocators(args):
             log(f"note: {name} not found ({soname}); skipping it. Install it with:\n"
                 f"        sudo apt-get install {pkg}")
     for spec in args.with_:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            sys.exit(f"run.py: --with wants NAME=PATH, got '{spec}'")
+        name, sep, rest = spec.partition("=")
+        path, *settings = rest.split(",")
+        if not sep or not name or not path or any("=" not in s for s in settings):
+            sys.exit(f"run.py: --with wants NAME=PATH[,VAR=VALUE...], got '{spec}'")
         if not os.path.exists(path):
             sys.exit(f"run.py: --with {name}: no such file: {path}")
-        allocs[name] = os.path.abspath(path)
+        allocs[name] = Lib(os.path.abspath(path), dict(s.split("=", 1) for s in settings))
     if args.allocators:
         keep = [a for s in args.allocators for a in s.split(",") if a]
         unknown = [a for a in keep if a not in allocs]
@@ -104,6 +105,15 @@ def discover_allocators(args):
     return allocs, versions
 
 
+class Lib(str):
+    """A library's path, with the environment variables its runs get
+    (--with NAME=PATH,VAR=VALUE: the same library under options)."""
+    def __new__(cls, path, env):
+        s = super().__new__(cls, path)
+        s.env = env
+        return s
+
+
 def child_env(lib):
     env = dict(os.environ)
     for k in list(env):
@@ -111,6 +121,7 @@ def child_env(lib):
             del env[k]  # HAKMEM_* options would change what is measured
     if lib:
         env["LD_PRELOAD"] = lib
+        env.update(getattr(lib, "env", {}))
     return env
 
 

@@ -60,7 +60,9 @@ static uint64_t tally_heaps(class_tally *t) {
   uint64_t threads = 0;
   hk_lock(&hk_heap_lock);
   for (hk_heap *h = hk_all_heaps; h != NULL; h = h->all_next) {
-    if (hk_load_relaxed(&h->live) != 0) threads++;
+    /* (tid 0: the late heap, the profiler's, a forked child's copies of
+     * its parent's other threads' heaps: no thread of this process's) */
+    if (hk_load_relaxed(&h->live) != 0 && hk_load_relaxed(&h->tid) != 0) threads++;
     for (unsigned c = 0; c < HK_NCLASSES; c++) {
       unsigned s = size_of_class(c);
       uint32_t room = PEEK(h->cache_room[c]);

@@ -572,7 +572,12 @@ void hk_profile_poll(void) {
 /* At start-up (hk_init, before malloc works): the tables and the profiler's
  * heap are made at the first sample. */
 void hk_profile_init(void) {
-  if (!hk_opt.profile || hk_secure) return;
+  if (!hk_opt.profile) return;
+  if (hk_secure) {
+    static const char msg[] = "hakmem: warning: HAKMEM_PROFILE ignored in hardened mode (HAKMEM_SECURE)\n";
+    hk_os_write_stderr(msg, sizeof msg - 1);
+    return;
+  }
   sample_cap = SAMPLES_MIN;
   samples = hk_os_map_aligned(sample_cap * sizeof *samples, 4096);
   stacks = hk_os_map_aligned((STACKS_MAX + 1) * sizeof *stacks, 4096);
