@@ -49,8 +49,11 @@ typedef struct prof_sample {
 } prof_sample;
 
 static pthread_mutex_t profile_lock = PTHREAD_MUTEX_INITIALIZER;
-static prof_stack *stacks;   /* profile_lock */
+static prof_stack *stacks;   /* profile_lock: 0..nstacks-1 in order of appearance, and
+                                at STACKS_MAX those that found the table full */
 static uint32_t nstacks;
+static uint32_t *stack_slots; /* profile_lock: a hash table of stacks' indexes + 1 (0: free),
+                                 twice the stacks' room, so that RSS grows with the stacks */
 static prof_sample *samples; /* profile_lock: open addressing, linear probing */
 static size_t sample_cap, nsamples;
 static uintptr_t lib_start, lib_end; /* this library's code: frames skipped at a stack's top */
@@ -58,21 +61,121 @@ static __thread bool sampling __attribute__((tls_model("initial-exec"))); /* no 
 
 /* ---- stacks ---- */
 
+/* ---- stacks ----
+ * The unwinder reads each frame's rules from its binary's .eh_frame, about
+ * a thousand instructions a frame. What it finds is kept: a return
+ * address's frame size, the distance from the stack pointer at that call
+ * to the frame's canonical frame address (CFA), is the same every time the
+ * function gets there unless it sized its frame at run time (alloca). So
+ * the stack is walked from that table (frame_sizes), the return address of
+ * each frame read just below its CFA, and the unwinder runs only for a
+ * return address not seen yet, and for one sample in VERIFY_EVERY to check
+ * the table: a return address found with two sizes is never trusted again.
+ * Every read stays within the stack: between this function's frame and
+ * the highest CFA the unwinder has shown on this thread. On x86-64 only,
+ * where a return address is the word just below its frame's CFA; aarch64
+ * takes every stack from the unwinder. */
+#define FRAME_SIZES (1u << 14)  /* return addresses remembered */
+#define VERIFY_EVERY 64
+#define SIZE_END 0              /* the outermost frame (_start, a thread's start) */
+#define SIZE_VARIES 0x1ffff     /* found with two sizes */
+static _Atomic uint64_t frame_sizes[FRAME_SIZES]; /* return address << 17 | size / 8 (or a code above); 0: free */
+static __thread uintptr_t stack_top __attribute__((tls_model("initial-exec"))); /* highest CFA seen */
+static __thread uint32_t stacks_taken __attribute__((tls_model("initial-exec")));
+
+static size_t frame_slot(uintptr_t ip) { return (size_t)((ip * 0x9e3779b97f4a7c15ull) >> 50) & (FRAME_SIZES - 1); }
+
+/* The code remembered for ip, or -1. */
+static int64_t frame_size_of(uintptr_t ip) {
+  for (size_t i = frame_slot(ip), probes = 0; probes < 8; i = (i + 1) & (FRAME_SIZES - 1), probes++) {
+    uint64_t w = atomic_load_explicit(&frame_sizes[i], memory_order_relaxed);
+    if (w == 0) return -1;
+    if (w >> 17 == ip) return (int64_t)(w & 0x1ffff);
+  }
+  return -1;
+}
+
+static void remember(uintptr_t ip, uint64_t code) {
+  if (ip >> 47) return; /* (not a user-space code address) */
+  uint64_t want = (uint64_t)ip << 17 | code;
+  for (size_t i = frame_slot(ip), probes = 0; probes < 8; i = (i + 1) & (FRAME_SIZES - 1), probes++) {
+    uint64_t w = atomic_load_explicit(&frame_sizes[i], memory_order_relaxed);
+    while (w == 0 && !atomic_compare_exchange_weak_explicit(&frame_sizes[i], &w, want, memory_order_relaxed,
+                                                            memory_order_relaxed)) {
+    }
+    if (w == 0 || w == want) return;
+    if (w >> 17 == ip) { /* a second size: never trusted again */
+      atomic_store_explicit(&frame_sizes[i], (uint64_t)ip << 17 | SIZE_VARIES, memory_order_relaxed);
+      return;
+    }
+  }
+}
+
 typedef struct unwind_state {
   uintptr_t *pc;
   uint32_t n, max;
-  bool top; /* still in this library's frames */
+  bool top;          /* still in this library's frames */
+  uintptr_t last_ip, last_sp;
+  bool first;
 } unwind_state;
 
 static _Unwind_Reason_Code unwind_one(struct _Unwind_Context *ctx, void *arg) {
   unwind_state *u = arg;
-  uintptr_t ip = _Unwind_GetIP(ctx);
+  /* (libgcc's "CFA" of a frame is its stack pointer at the call it made:
+   * the CFA of the frame it called; the previous frame's size is the
+   * difference) */
+  uintptr_t ip = _Unwind_GetIP(ctx), sp = _Unwind_GetCFA(ctx);
   if (ip == 0) return _URC_END_OF_STACK;
+  if (!u->first) { /* (unwind_stack's own frame: not walked) */
+    uintptr_t size = sp - u->last_sp;
+    remember(u->last_ip, sp > u->last_sp && size % 8 == 0 && size / 8 < SIZE_VARIES ? size / 8 : SIZE_VARIES);
+  }
+  u->first = false;
+  u->last_ip = ip;
+  u->last_sp = sp;
+  if (sp > stack_top) stack_top = sp;
+  if (u->n == u->max) return _URC_END_OF_STACK;
   if (u->top && ip >= lib_start && ip < lib_end) return _URC_NO_REASON;
   u->top = false;
   u->pc[u->n++] = ip;
-  return u->n == u->max ? _URC_END_OF_STACK : _URC_NO_REASON;
+  return _URC_NO_REASON;
 }
+
+/* The stack by the unwinder; the frames' sizes remembered. */
+static __attribute__((noinline)) uint32_t unwind_stack(uintptr_t *pc) {
+  unwind_state u = {pc, 0, STACK_MAX, true, 0, 0, true};
+  _Unwind_Reason_Code rc = _Unwind_Backtrace(unwind_one, &u);
+  /* the last frame the unwinder found is where it ends, whether the frame
+   * says so (_start's) or it found no rules beyond (3, FATAL_PHASE1_ERROR):
+   * the walk stops there too */
+  if ((rc == _URC_END_OF_STACK || rc == _URC_FATAL_PHASE1_ERROR) && u.n < u.max && u.last_ip != 0)
+    remember(u.last_ip, SIZE_END);
+  return u.n;
+}
+
+#if defined(__x86_64__)
+/* The stack by the remembered frame sizes, from (ip, cfa): the return
+ * address into take_stack's caller and take_stack's CFA. 0: a frame not
+ * remembered, or a read that would leave the stack. */
+static uint32_t walk_stack(uintptr_t *pc, uintptr_t ip, uintptr_t cfa) {
+  uint32_t n = 0;
+  bool top = true;
+  for (uint32_t depth = 0; depth < 4 * STACK_MAX; depth++) {
+    int64_t code = frame_size_of(ip);
+    if (code < 0 || code == SIZE_VARIES) return 0;
+    if (!(top && ip >= lib_start && ip < lib_end)) {
+      top = false;
+      pc[n++] = ip;
+      if (n == STACK_MAX) return n;
+    }
+    if (code == SIZE_END) return n;
+    cfa += (uintptr_t)code * 8;
+    if (cfa > stack_top) return 0;
+    ip = *(const uintptr_t *)(cfa - 8);
+  }
+  return 0;
+}
+#endif
 
 static uint64_t stack_hash(const uintptr_t *pc, uint32_t n) {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
@@ -84,20 +187,26 @@ static uint64_t stack_hash(const uintptr_t *pc, uint32_t n) {
  * find the table full). Under profile_lock. */
 static uint32_t stack_index(const uintptr_t *pc, uint32_t n) {
   uint64_t h = stack_hash(pc, n);
-  for (uint32_t i = (uint32_t)h & (STACKS_MAX - 1), probes = 0; probes < STACKS_MAX; i = (i + 1) & (STACKS_MAX - 1), probes++) {
-    prof_stack *s = &stacks[i];
-    if (s->hash == h && s->depth == n && memcmp(s->pc, pc, n * sizeof *pc) == 0) return i;
-    if (s->hash == 0) {
-      if (nstacks + 1 >= STACKS_MAX) break;
+  const uint32_t mask = 2 * STACKS_MAX - 1;
+  for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
+    uint32_t k = stack_slots[i];
+    if (k == 0) {
+      if (nstacks == STACKS_MAX) return STACKS_MAX;
+      prof_stack *s = &stacks[nstacks];
       s->hash = h;
       s->depth = n;
       memcpy(s->pc, pc, n * sizeof *pc);
-      nstacks++;
-      return i;
+      stack_slots[i] = ++nstacks;
+      return nstacks - 1;
     }
+    const prof_stack *s = &stacks[k - 1];
+    if (s->hash == h && s->depth == n && memcmp(s->pc, pc, n * sizeof *pc) == 0) return k - 1;
   }
-  return STACKS_MAX; /* (a slot past the table: see hk_profile_init) */
 }
+
+/* The stack after i in the tables' order: 0..nstacks-1, then STACKS_MAX
+ * (the stacks that found the table full), then past it. */
+static uint32_t next_stack(uint32_t i) { return i + 1 < nstacks ? i + 1 : i < STACKS_MAX ? STACKS_MAX : STACKS_MAX + 1; }
 
 /* ---- live samples ---- */
 
@@ -192,11 +301,17 @@ static void sample_add(uintptr_t addr, size_t size, uint32_t stack, bool large) 
 
 /* ---- the sampled allocation ---- */
 
-/* The stack of the allocation being sampled, this library's frames left out. */
-static uint32_t take_stack(uintptr_t *pc) {
-  unwind_state u = {pc, 0, STACK_MAX, true};
-  _Unwind_Backtrace(unwind_one, &u);
-  return u.n;
+/* The stack of the allocation being sampled, this library's frames left
+ * out: from the remembered frame sizes, or by the unwinder (see above). */
+static __attribute__((noinline)) uint32_t take_stack(uintptr_t *pc) {
+#if defined(__x86_64__) /* (a return address is the word below its frame's CFA there; not on aarch64) */
+  uintptr_t cfa = (uintptr_t)__builtin_dwarf_cfa(), ip = (uintptr_t)__builtin_return_address(0);
+  if (++stacks_taken % VERIFY_EVERY != 0 && stack_top != 0) {
+    uint32_t n = walk_stack(pc, ip, cfa);
+    if (n != 0) return n;
+  }
+#endif
+  return unwind_stack(pc);
 }
 
 void *hk_profile_malloc(size_t size, unsigned cls) {
@@ -307,7 +422,8 @@ static live_tally *live_by_stack(void) {
   static live_tally *t;
   if (t == NULL) t = hk_os_map_aligned((STACKS_MAX + 1) * sizeof *t, 4096);
   if (t == NULL) return NULL;
-  memset(t, 0, (STACKS_MAX + 1) * sizeof *t);
+  memset(t, 0, nstacks * sizeof *t);
+  memset(&t[STACKS_MAX], 0, sizeof *t);
   for (size_t i = 0; i < sample_cap; i++) {
     const prof_sample *s = &samples[i];
     if (s->addr == 0) continue;
@@ -328,10 +444,10 @@ static live_tally *live_by_stack(void) {
 static void write_pprof(int fd, const live_tally *t) {
   out o = {.fd = fd};
   uint64_t lc = 0, lb = 0, ac = 0, ab = 0;
-  for (uint32_t i = 0; i <= STACKS_MAX; i++) {
+  for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) {
     lc += t[i].count;
     lb += t[i].bytes;
-    if (i < STACKS_MAX) ac += stacks[i].alloc_count, ab += stacks[i].alloc_bytes;
+    ac += stacks[i].alloc_count, ab += stacks[i].alloc_bytes;
   }
   out_str(&o, "heap profile: ");
   out_dec(&o, lc); out_str(&o, ": "); out_dec(&o, lb);
@@ -339,9 +455,9 @@ static void write_pprof(int fd, const live_tally *t) {
   out_str(&o, "] @ heap_v2/");
   out_dec(&o, (uint64_t)hk_opt.profile_rate);
   out_str(&o, "\n");
-  for (uint32_t i = 0; i < STACKS_MAX; i++) {
+  for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) {
     const prof_stack *s = &stacks[i];
-    if (s->hash == 0 || (s->alloc_count == 0 && t[i].count == 0)) continue;
+    if (s->depth == 0 || (s->alloc_count == 0 && t[i].count == 0)) continue; /* (google-pprof wants a frame) */
     out_dec(&o, t[i].count); out_str(&o, ": "); out_dec(&o, t[i].bytes);
     out_str(&o, " ["); out_dec(&o, s->alloc_count); out_str(&o, ": "); out_dec(&o, s->alloc_bytes);
     out_str(&o, "] @");
@@ -382,7 +498,7 @@ static void write_frame_json(out *o, uintptr_t pc) {
 static void write_json(int fd, const live_tally *t) {
   out o = {.fd = fd};
   double lb = 0, lc = 0, ab = 0, ac = 0;
-  for (uint32_t i = 0; i <= STACKS_MAX; i++) lb += t[i].est_bytes, lc += t[i].est_count;
+  for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) lb += t[i].est_bytes, lc += t[i].est_count;
   out_str(&o, "{\"hakmem\":\"" HK_VERSION_STRING "\",\"pid\":");
   out_dec(&o, (uint64_t)hk_os_pid());
   out_str(&o, ",\"rate\":");
@@ -393,11 +509,9 @@ static void write_json(int fd, const live_tally *t) {
   out_dec(&o, (uint64_t)(lc + 0.5));
   out_str(&o, ",\"stacks\":[");
   bool first = true;
-  for (uint32_t i = 0; i < STACKS_MAX; i++) {
+  for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) {
     const prof_stack *s = &stacks[i];
-    if (s->hash == 0 || (s->alloc_count == 0 && t[i].count == 0)) continue;
-    double aest = 0;
-    (void)aest;
+    if (s->alloc_count == 0 && t[i].count == 0) continue;
     out_str(&o, first ? "{" : ",{");
     first = false;
     out_str(&o, "\"live_bytes\":");
@@ -496,7 +610,7 @@ static void leak_report(void) {
     return;
   }
   double total = 0;
-  for (uint32_t i = 0; i <= STACKS_MAX; i++) total += t[i].est_bytes;
+  for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) total += t[i].est_bytes;
   out o = {.fd = 2};
   out_str(&o, "hakmem: profile: ");
   out_dec(&o, (uint64_t)(total + 0.5));
@@ -507,7 +621,7 @@ static void leak_report(void) {
   out_str(&o, " bytes); the largest by allocation site:\n");
   for (int rank = 0; rank < 10; rank++) {
     uint32_t best = STACKS_MAX + 1;
-    for (uint32_t i = 0; i < STACKS_MAX; i++)
+    for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i))
       if (t[i].est_bytes > 0 && (best > STACKS_MAX || t[i].est_bytes > t[best].est_bytes)) best = i;
     if (best > STACKS_MAX) break;
     out_str(&o, "hakmem:   ");
@@ -581,7 +695,8 @@ void hk_profile_init(void) {
   sample_cap = SAMPLES_MIN;
   samples = hk_os_map_aligned(sample_cap * sizeof *samples, 4096);
   stacks = hk_os_map_aligned((STACKS_MAX + 1) * sizeof *stacks, 4096);
-  if (samples == NULL || stacks == NULL) return;
+  stack_slots = hk_os_map_aligned(2 * STACKS_MAX * sizeof *stack_slots, 4096);
+  if (samples == NULL || stacks == NULL || stack_slots == NULL) return;
   if (hk_opt.profile_signal > 0) hk_os_on_signal((int)hk_opt.profile_signal, on_signal);
   hk_profile_on = true;
 }
