@@ -48,6 +48,7 @@ void hk_init(void) {
 #else
   hk_fork_handlers_register(); /* the C library's calloc is not ours: no later check is sure to run in time */
 #endif
+  if (hk_opt.profile && !hk_secure) hk_profile_load(); /* (dlopen) */
   initializing = 0;
 }
 

@@ -336,6 +336,7 @@ void hk_large_set_sampled(void *p);                  /* the heap profiler sample
 
 /* ---- profile.c: the sampling heap profiler ---- */
 void hk_profile_init(void);        /* at start-up: HAKMEM_PROFILE */
+void hk_profile_load(void);        /* then, malloc working: the unwinder; sampling starts */
 void hk_profile_start_heap(void);  /* its heap, at the first sample */
 void *hk_profile_malloc(size_t size, unsigned cls); /* a sampled block of class cls (NULL: allocate as usual) */
 bool hk_profile_large(void *p, size_t size);        /* sample the large block p (false: not sampled) */

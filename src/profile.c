@@ -17,7 +17,8 @@
  * dump, and when the table fills). A sampled large block carries a flag in
  * its header; freeing it drops the sample at once.
  *
- * Stacks come from the unwinder (_Unwind_Backtrace: the tables of every
+ * Stacks come from the unwinder (_Unwind_Backtrace, libgcc_s's, loaded
+ * only when the profiler is on: the tables of every
  * binary, frame pointers or not), taken before the lock. The tables live
  * in memory mapped here; nothing in this file calls malloc. */
 #include "internal.h"
@@ -119,12 +120,18 @@ typedef struct unwind_state {
   bool first;
 } unwind_state;
 
+/* libgcc_s's unwinder, loaded by hk_profile_load (a program that does not
+ * profile does not map the library) */
+static _Unwind_Reason_Code (*unwind_backtrace)(_Unwind_Trace_Fn, void *);
+static _Unwind_Ptr (*unwind_ip)(struct _Unwind_Context *);
+static _Unwind_Word (*unwind_cfa)(struct _Unwind_Context *);
+
 static _Unwind_Reason_Code unwind_one(struct _Unwind_Context *ctx, void *arg) {
   unwind_state *u = arg;
   /* (libgcc's "CFA" of a frame is its stack pointer at the call it made:
    * the CFA of the frame it called; the previous frame's size is the
    * difference) */
-  uintptr_t ip = _Unwind_GetIP(ctx), sp = _Unwind_GetCFA(ctx);
+  uintptr_t ip = unwind_ip(ctx), sp = unwind_cfa(ctx);
   if (ip == 0) return _URC_END_OF_STACK;
   if (!u->first) { /* (unwind_stack's own frame: not walked) */
     uintptr_t size = sp - u->last_sp;
@@ -144,7 +151,7 @@ static _Unwind_Reason_Code unwind_one(struct _Unwind_Context *ctx, void *arg) {
 /* The stack by the unwinder; the frames' sizes remembered. */
 static __attribute__((noinline)) uint32_t unwind_stack(uintptr_t *pc) {
   unwind_state u = {pc, 0, STACK_MAX, true, 0, 0, true};
-  _Unwind_Reason_Code rc = _Unwind_Backtrace(unwind_one, &u);
+  _Unwind_Reason_Code rc = unwind_backtrace(unwind_one, &u);
   /* the last frame the unwinder found is where it ends, whether the frame
    * says so (_start's) or it found no rules beyond (3, FATAL_PHASE1_ERROR):
    * the walk stops there too */
@@ -683,8 +690,9 @@ void hk_profile_poll(void) {
   }
 }
 
-/* At start-up (hk_init, before malloc works): the tables and the profiler's
- * heap are made at the first sample. */
+/* At start-up (hk_init, before malloc works): the tables (the profiler's
+ * heap is made at the first sample, the unwinder loaded by
+ * hk_profile_load). */
 void hk_profile_init(void) {
   if (!hk_opt.profile) return;
   if (hk_secure) {
@@ -697,8 +705,26 @@ void hk_profile_init(void) {
   stacks = hk_os_map_aligned((STACKS_MAX + 1) * sizeof *stacks, 4096);
   stack_slots = hk_os_map_aligned(2 * STACKS_MAX * sizeof *stack_slots, 4096);
   if (samples == NULL || stacks == NULL || stack_slots == NULL) return;
+}
+
+/* At the end of initialisation, malloc working (dlopen allocates): the
+ * unwinder, and then the profiler samples. */
+void hk_profile_load(void) {
+  if (samples == NULL || stacks == NULL || stack_slots == NULL) return;
+  void *lib = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib != NULL) {
+    unwind_backtrace = (_Unwind_Reason_Code(*)(_Unwind_Trace_Fn, void *))dlsym(lib, "_Unwind_Backtrace");
+    unwind_ip = (_Unwind_Ptr(*)(struct _Unwind_Context *))dlsym(lib, "_Unwind_GetIP");
+    unwind_cfa = (_Unwind_Word(*)(struct _Unwind_Context *))dlsym(lib, "_Unwind_GetCFA");
+  }
+  if (unwind_backtrace == NULL || unwind_ip == NULL || unwind_cfa == NULL) {
+    static const char msg[] = "hakmem: warning: HAKMEM_PROFILE: cannot load the unwinder (libgcc_s.so.1): no profile\n";
+    hk_os_write_stderr(msg, sizeof msg - 1);
+    return;
+  }
   if (hk_opt.profile_signal > 0) hk_os_on_signal((int)hk_opt.profile_signal, on_signal);
   hk_profile_on = true;
+  hk_tls_arm(); /* (this thread's budget: now to its first sample) */
 }
 
 /* Made at the first sample, outside any lock (hk_heap_new may map). */
