@@ -118,7 +118,13 @@ typedef struct unwind_state {
   bool top;          /* still in this library's frames */
   uintptr_t last_ip, last_sp;
   bool first;
+  uintptr_t anchor, ra; /* take_stack's local and return address (see take_stack_cfa) */
 } unwind_state;
+
+/* take_stack's CFA less the address of its local `anchor`: fixed, as its
+ * frame is, and learnt from the unwinder (compilers' __builtin_dwarf_cfa
+ * do not agree). 0: not known yet. */
+static _Atomic intptr_t take_stack_cfa;
 
 /* libgcc_s's unwinder, loaded by hk_profile_load (a program that does not
  * profile does not map the library) */
@@ -137,6 +143,10 @@ static _Unwind_Reason_Code unwind_one(struct _Unwind_Context *ctx, void *arg) {
     uintptr_t size = sp - u->last_sp;
     remember(u->last_ip, sp > u->last_sp && size % 8 == 0 && size / 8 < SIZE_VARIES ? size / 8 : SIZE_VARIES);
   }
+  if (ip == u->ra && u->anchor != 0) { /* (the frame take_stack returns to: its sp is take_stack's CFA) */
+    atomic_store_explicit(&take_stack_cfa, (intptr_t)(sp - u->anchor), memory_order_relaxed);
+    u->anchor = 0;
+  }
   u->first = false;
   u->last_ip = ip;
   u->last_sp = sp;
@@ -149,8 +159,8 @@ static _Unwind_Reason_Code unwind_one(struct _Unwind_Context *ctx, void *arg) {
 }
 
 /* The stack by the unwinder; the frames' sizes remembered. */
-static __attribute__((noinline)) uint32_t unwind_stack(uintptr_t *pc) {
-  unwind_state u = {pc, 0, STACK_MAX, true, 0, 0, true};
+static __attribute__((noinline)) uint32_t unwind_stack(uintptr_t *pc, uintptr_t anchor, uintptr_t ra) {
+  unwind_state u = {pc, 0, STACK_MAX, true, 0, 0, true, anchor, ra};
   _Unwind_Reason_Code rc = unwind_backtrace(unwind_one, &u);
   /* the last frame the unwinder found is where it ends, whether the frame
    * says so (_start's) or it found no rules beyond (3, FATAL_PHASE1_ERROR):
@@ -311,14 +321,16 @@ static void sample_add(uintptr_t addr, size_t size, uint32_t stack, bool large) 
 /* The stack of the allocation being sampled, this library's frames left
  * out: from the remembered frame sizes, or by the unwinder (see above). */
 static __attribute__((noinline)) uint32_t take_stack(uintptr_t *pc) {
+  volatile char anchor = 0;
+  uintptr_t here = (uintptr_t)&anchor, ip = (uintptr_t)__builtin_return_address(0);
 #if defined(__x86_64__) /* (a return address is the word below its frame's CFA there; not on aarch64) */
-  uintptr_t cfa = (uintptr_t)__builtin_dwarf_cfa(), ip = (uintptr_t)__builtin_return_address(0);
-  if (++stacks_taken % VERIFY_EVERY != 0 && stack_top != 0) {
-    uint32_t n = walk_stack(pc, ip, cfa);
+  intptr_t delta = atomic_load_explicit(&take_stack_cfa, memory_order_relaxed);
+  if (++stacks_taken % VERIFY_EVERY != 0 && stack_top != 0 && delta != 0) {
+    uint32_t n = walk_stack(pc, ip, here + (uintptr_t)delta);
     if (n != 0) return n;
   }
 #endif
-  return unwind_stack(pc);
+  return unwind_stack(pc, here, ip);
 }
 
 void *hk_profile_malloc(size_t size, unsigned cls) {
