@@ -740,6 +740,28 @@ static void stats_op(const opargs *a) {
     if (fd >= 0) close(fd);
     if (saved >= 0) close(saved);
   }
+  struct hak_stats st;
+  if (hak_stats_get(&st, (a->n & 4) ? HAK_STATS_MIN_SIZE : sizeof st) != 0) fail("hak_stats_get failed");
+  if (!(a->n & 4) && (st.live_bytes != st.small_live_bytes + st.large_live_bytes || st.nclasses == 0))
+    fail("hak_stats_get: live %llu != %llu + %llu", st.live_bytes, st.small_live_bytes, st.large_live_bytes);
+  char json[256];
+  size_t jn = hak_stats_json(json, a->size % sizeof json);
+  if (jn < 100 || (a->size % sizeof json != 0 && strlen(json) >= a->size % sizeof json))
+    fail("hak_stats_json returned %zu", jn);
+  if (a->n & 8) {
+    FILE *f = fopen("/dev/null", "w");
+    if (f != NULL && hak_malloc_info(0, f) != 0) fail("malloc_info failed");
+    if (f != NULL) fclose(f);
+  }
+  if (a->n & 16) { /* (with HAKMEM_PROFILE=1: tools/fuzz_coverage.sh) */
+    char path[64], json_path[80];
+    snprintf(path, sizeof path, "/tmp/hakmem-fuzz-%d.heap", (int)getpid());
+    snprintf(json_path, sizeof json_path, "%s.json", path);
+    if (hak_profile_dump(path) == 0) {
+      unlink(path);
+      unlink(json_path);
+    }
+  }
   for (int i = 0; i < NSLOTS; i++) check_slot(i, "after the statistics calls");
 }
 

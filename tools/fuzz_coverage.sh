@@ -6,7 +6,8 @@
 # Builds tests/fuzz_replay with clang's source-based coverage
 # (HAKMEM_SANITIZE=coverage, in BUILD_DIR, default build-cov), replays the
 # corpus (default tests/fuzz_corpus) once in each mode (HAKMEM_SECURE=0, 1,
-# 2), then (with no CORPUS given) under each option value of
+# 2, and the heap profiler on, sampling every 4 KiB), then (with no CORPUS
+# given) under each option value of
 # tests/options_matrix.sh, and prints llvm-cov's report for src/*.c: per
 # mode, then the union of every run. The misuse operations' forked children
 # write their profiles too (before they abort), so the error paths they
@@ -54,6 +55,12 @@ for mode in 0 1 2; do
     { tail -5 "$prof/replay$mode.log"; echo "fuzz_coverage: replay failed (HAKMEM_SECURE=$mode)"; exit 1; }
   "$profdata" merge -o "$prof/mode$mode.profdata" "$prof"/mode$mode-*.profraw
 done
+# the heap profiler sampling every 4 KiB (profile.c)
+HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=4096 HAKMEM_PROFILE_FILE="$prof/heap.%p" LLVM_PROFILE_FILE="$prof/mode-profile-%4m.profraw" \
+  "$build/tests/fuzz_replay" "$@" >"$prof/replay-profile.log" 2>&1 ||
+  { tail -5 "$prof/replay-profile.log"; echo "fuzz_coverage: replay failed (HAKMEM_PROFILE=1)"; exit 1; }
+"$profdata" merge -o "$prof/mode-profile.profdata" "$prof"/mode-profile-*.profraw
+rm -f "$prof"/heap.*
 if [ $matrix = 1 ]; then
   # fuzz_replay with no argument replays tests/fuzz_corpus
   LLVM_PROFILE_FILE="$prof/matrix-%4m.profraw" sh "$root/tests/options_matrix.sh" "$build" >"$prof/matrix.log" 2>&1 ||
@@ -73,6 +80,7 @@ echo "fuzz_coverage: $(ls "$@" | wc -l) inputs; hakmem's src/*.c reached:"
 for mode in 0 1 2; do
   echo "  HAKMEM_SECURE=$mode: $(summary "$prof/mode$mode.profdata")"
 done
+echo "  HAKMEM_PROFILE=1: $(summary "$prof/mode-profile.profdata")"
 line=$(summary "$prof/all.profdata")
 [ $matrix = 1 ] &&
   echo "  the options matrix ($(tail -1 "$prof/matrix.log" | sed 's/.*: \([0-9]*\) runs.*/\1/') runs): $(summary "$prof/matrix.profdata")"
