@@ -23,6 +23,26 @@ size_t hk_fmt_dec(char *buf, uint64_t v) {
   return n;
 }
 
+/* The byte ch inside a JSON string: itself, a backslash escape, or \u00XX
+ * for control characters and bytes above ASCII (a program's name can hold
+ * any). Returns the bytes written to buf (at most 6). */
+size_t hk_fmt_json_char(char *buf, unsigned char ch) {
+  static const char hex[] = "0123456789abcdef";
+  if (ch == '"' || ch == '\\') {
+    buf[0] = '\\';
+    buf[1] = (char)ch;
+    return 2;
+  }
+  if (ch < 0x20 || ch >= 0x7f) {
+    memcpy(buf, "\\u00", 4);
+    buf[4] = hex[ch >> 4];
+    buf[5] = hex[ch & 15];
+    return 6;
+  }
+  buf[0] = (char)ch;
+  return 1;
+}
+
 /* "hakmem: error: <who>: <what> (address 0x...)" then abort(). */
 void hk_fatal_in(const char *who, const char *what, const void *p) {
   char line[320];

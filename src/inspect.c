@@ -171,19 +171,8 @@ static void put_dec(text *o, uint64_t v) {
 }
 /* a JSON string's content (the program's name: any bytes) */
 static void put_escaped(text *o, const char *s) {
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') {
-      char e[2] = {'\\', (char)ch};
-      put(o, e, 2);
-    } else if (ch < 0x20 || ch >= 0x7f) {
-      static const char hex[] = "0123456789abcdef";
-      char e[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
-      put(o, e, 6);
-    } else {
-      put(o, s, 1);
-    }
-  }
+  char e[6];
+  for (; *s; s++) put(o, e, hk_fmt_json_char(e, (unsigned char)*s));
 }
 static void field(text *o, const char *name, uint64_t v) {
   puts_(o, ",\"");

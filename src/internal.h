@@ -76,6 +76,7 @@ uintptr_t hk_page_key(uint64_t page);            /* a page's key, from its threa
 uint64_t hk_random_gap(uint64_t mean);           /* exponentially distributed, this thread's generator */
 size_t hk_fmt_hex(char *buf, uintptr_t v);
 size_t hk_fmt_dec(char *buf, uint64_t v);
+size_t hk_fmt_json_char(char *buf, unsigned char ch); /* ch escaped for a JSON string (1-6 bytes) */
 
 /* ---- options.c ---- */
 extern hk_options hk_opt;

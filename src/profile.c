@@ -398,19 +398,8 @@ static void out_hex(out *o, uintptr_t v) {
 }
 /* a JSON string's content */
 static void out_json_str(out *o, const char *s) {
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') {
-      char e[2] = {'\\', (char)ch};
-      out_put(o, e, 2);
-    } else if (ch < 0x20 || ch >= 0x7f) {
-      static const char hex[] = "0123456789abcdef";
-      char e[6] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15]};
-      out_put(o, e, 6);
-    } else {
-      out_put(o, s, 1);
-    }
-  }
+  char e[6];
+  for (; *s; s++) out_put(o, e, hk_fmt_json_char(e, (unsigned char)*s));
 }
 
 /* The estimate a sample of `size` bytes stands for, in allocations. */

@@ -110,7 +110,8 @@ static HK_NOINLINE void *sampled_malloc(size_t size, hk_heap *h) {
  * down to the next sample; otherwise a sample is due, or (profiler off)
  * the budget is open again. */
 void *hk_malloc_gated(size_t size, hk_heap *h) {
-  hk_tls_arm();
+  /* (a shut budget is left as it is: it stays negative for 2^62 bytes of
+   * requests, and hk_malloc_slow sets it again after any larger one) */
   if (h->free_owner != h) {
     if (hk_profile_on && h != &hk_heap_empty && !hk_secure && (int64_t)(h->sample_left -= size) < 0) {
       h->sample_left = hk_random_gap((uint64_t)hk_opt.profile_rate);
@@ -118,6 +119,7 @@ void *hk_malloc_gated(size_t size, hk_heap *h) {
     }
     return hk_malloc_cached(size, h);
   }
+  hk_tls_arm();
   if (hk_profile_on) return sampled_malloc(size, h);
   return hk_malloc_heap(size, h);
 }
