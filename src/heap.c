@@ -107,6 +107,10 @@ void hk_heap_abandon(hk_heap *h) {
   }
   h->held_bytes = 0;
   memset(h->held, 0, sizeof h->held);
+  if (h->sample_heap != NULL) {
+    hk_profile_heap_release(h->sample_heap);
+    h->sample_heap = NULL;
+  }
   hk_stats_merge_heap(&h->stats);
   hk_stat_add(threads_exited, 1);
   hk_lock(&hk_heap_lock);

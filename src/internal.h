@@ -253,7 +253,6 @@ extern __thread hk_tls_state hk_tls __attribute__((tls_model("initial-exec")));
 #define hk_tls_heap (hk_tls.heap)
 void hk_tls_arm(void); /* the budget for the thread's heap as it is now (queue.c) */
 extern bool hk_profile_on;       /* HAKMEM_PROFILE: the profiler samples (profile.c) */
-extern hk_heap *hk_profile_heap; /* its heap, whose blocks no thread cache keeps (remote.c) */
 void hk_heap_set_direct(hk_heap *h, unsigned cls, hk_page *page);
 void hk_heap_set_current(hk_heap *h, unsigned cls);
 void hk_heap_release_page(hk_heap *h, hk_page *page);
@@ -338,10 +337,11 @@ void hk_large_set_sampled(void *p);                  /* the heap profiler sample
 /* ---- profile.c: the sampling heap profiler ---- */
 void hk_profile_init(void);        /* at start-up: HAKMEM_PROFILE */
 void hk_profile_load(void);        /* then, malloc working: the unwinder; sampling starts */
-void hk_profile_start_heap(void);  /* its heap, at the first sample */
-void *hk_profile_malloc(size_t size, unsigned cls); /* a sampled block of class cls (NULL: allocate as usual) */
+void *hk_profile_malloc(hk_heap *h, size_t size, unsigned cls); /* a sampled block of class cls from h's
+                                                                 sample heap (NULL: allocate as usual) */
+void hk_profile_heap_release(hk_heap *sample_heap); /* its thread is gone: for another thread */
 bool hk_profile_large(void *p, size_t size);        /* sample the large block p (false: not sampled) */
-void hk_profile_forget(void *p);   /* the sampled large block p is freed */
+void hk_profile_forget(void *p);   /* the sampled block p is freed: it leaves the profile */
 void hk_profile_poll(void);        /* write the profile if the signal asked for it */
 int hk_profile_dump(const char *path);
 void hk_profile_fork_prepare(void);

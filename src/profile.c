@@ -8,14 +8,15 @@
  * stands for 1 / (1 - exp(-s/rate)) allocations like it (the estimate
  * pprof makes from a heap_v2 profile, and the JSON's).
  *
- * A sampled block of a size class comes from the profiler's own heap,
- * under profile_lock, so that no thread's fast paths need to know whether
- * a block is sampled: every free of such a block is a remote free (no
- * thread owns the heap), which remote.c sends to the page rather than to a
- * thread cache. A sample is live while its block is: in a live page of the
- * profiler's heap, a carved block that does not look free (checked at each
- * dump, and when the table fills). A sampled large block carries a flag in
- * its header; freeing it drops the sample at once.
+ * A sampled block of a size class comes from the thread's sample heap
+ * (hk_heap.sample_heap: a heap of its own that holds only samples, made at
+ * the thread's first sample and handed to another thread when it exits), so
+ * that no fast path needs to know whether a block is sampled: every free of
+ * one is a free to another heap, whose slow path (remote.c) drops the
+ * sample and sends the block to its page (its local list when the sample
+ * heap is the freeing thread's), never to a thread cache. A sampled large
+ * block carries a flag in its header; its free drops the sample too. The
+ * table of samples holds exactly the live ones.
  *
  * Stacks come from the unwinder (_Unwind_Backtrace, libgcc_s's, loaded
  * only when the profiler is on: the tables of every
@@ -32,13 +33,14 @@
 
 #define STACK_MAX 48           /* frames kept per sample */
 #define STACKS_MAX (1u << 14)  /* distinct stacks (a table of 16,384) */
-#define SAMPLES_MIN (1u << 14) /* the live-sample table's first size; doubles when 3/4 full */
+#define SHARDS 16              /* live-sample tables, each under its own lock */
+#define SHARD_MIN (1u << 10)   /* a table's first size; doubles when 3/4 full */
 
 typedef struct prof_stack {
   uint64_t hash;     /* 0: free slot */
   uint32_t depth;
   uint32_t pad;
-  uint64_t alloc_count, alloc_bytes; /* samples taken here, and their bytes (raw) */
+  _Atomic uint64_t alloc_count, alloc_bytes; /* samples taken here, and their bytes (raw) */
   uintptr_t pc[STACK_MAX];
 } prof_stack;
 
@@ -46,17 +48,28 @@ typedef struct prof_sample {
   uintptr_t addr; /* 0: free slot */
   uint64_t size;  /* bytes asked for */
   uint32_t stack; /* index in stacks[] */
-  uint32_t large; /* a large block (dropped when freed: hk_profile_forget) */
 } prof_sample;
 
+/* profile_lock: adding stacks, the sample heaps' pool, writing the profile
+ * (first in the order, then the shards' locks by index) */
 static pthread_mutex_t profile_lock = PTHREAD_MUTEX_INITIALIZER;
-static prof_stack *stacks;   /* profile_lock: 0..nstacks-1 in order of appearance, and
-                                at STACKS_MAX those that found the table full */
-static uint32_t nstacks;
-static uint32_t *stack_slots; /* profile_lock: a hash table of stacks' indexes + 1 (0: free),
-                                 twice the stacks' room, so that RSS grows with the stacks */
-static prof_sample *samples; /* profile_lock: open addressing, linear probing */
-static size_t sample_cap, nsamples;
+static prof_stack *stacks;   /* 0..nstacks-1 in order of appearance, and at STACKS_MAX
+                                those that found the table full; an entry is written
+                                (under profile_lock) before its slot is published */
+static uint32_t nstacks;     /* profile_lock */
+static _Atomic uint32_t *stack_slots; /* a hash table of stacks' indexes + 1 (0: free), twice
+                                 the stacks' room, so that RSS grows with the stacks; read
+                                 without a lock, a slot set once */
+
+/* The live samples: by their address's hash, in SHARDS tables (open
+ * addressing, linear probing), so that threads sampling at once seldom
+ * wait for each other. */
+typedef struct sample_shard {
+  _Alignas(64) pthread_mutex_t lock;
+  prof_sample *table;
+  size_t cap, n;
+} sample_shard;
+static sample_shard shards[SHARDS];
 static uintptr_t lib_start, lib_end; /* this library's code: frames skipped at a stack's top */
 static __thread bool sampling __attribute__((tls_model("initial-exec"))); /* no sample within a sample */
 
@@ -70,19 +83,20 @@ static __thread bool sampling __attribute__((tls_model("initial-exec"))); /* no 
  * function gets there unless it sized its frame at run time (alloca). So
  * the stack is walked from that table (frame_sizes), the return address of
  * each frame read just below its CFA, and the unwinder runs only for a
- * return address not seen yet, and for one sample in VERIFY_EVERY to check
- * the table: a return address found with two sizes is never trusted again.
+ * return address not seen yet, and for a walked stack not seen yet, to
+ * check it: a return address found with two sizes is never trusted again.
+ * (A walk misled by a frame sized at run time reads a word that is not its
+ * return address, and finds no remembered size for it or a stack seen
+ * nowhere before: every stack the profile keeps is the unwinder's.)
  * Every read stays within the stack: between this function's frame and
  * the highest CFA the unwinder has shown on this thread. On x86-64 only,
  * where a return address is the word just below its frame's CFA; aarch64
  * takes every stack from the unwinder. */
 #define FRAME_SIZES (1u << 14)  /* return addresses remembered */
-#define VERIFY_EVERY 64
 #define SIZE_END 0              /* the outermost frame (_start, a thread's start) */
 #define SIZE_VARIES 0x1ffff     /* found with two sizes */
 static _Atomic uint64_t frame_sizes[FRAME_SIZES]; /* return address << 17 | size / 8 (or a code above); 0: free */
 static __thread uintptr_t stack_top __attribute__((tls_model("initial-exec"))); /* highest CFA seen */
-static __thread uint32_t stacks_taken __attribute__((tls_model("initial-exec")));
 
 static size_t frame_slot(uintptr_t ip) { return (size_t)((ip * 0x9e3779b97f4a7c15ull) >> 50) & (FRAME_SIZES - 1); }
 
@@ -200,24 +214,44 @@ static uint64_t stack_hash(const uintptr_t *pc, uint32_t n) {
   return h | 1;
 }
 
+static bool same_stack(const prof_stack *s, uint64_t h, const uintptr_t *pc, uint32_t n) {
+  if (s->hash != h || s->depth != n) return false;
+  for (uint32_t f = 0; f < n; f++)
+    if (s->pc[f] != pc[f]) return false;
+  return true;
+}
+
+#define STACK_NONE UINT32_MAX
+
+/* The stack's index, or STACK_NONE when it is not in the table. Without
+ * a lock. */
+static uint32_t stack_find(const uintptr_t *pc, uint32_t n) {
+  uint64_t h = stack_hash(pc, n);
+  const uint32_t mask = 2 * STACKS_MAX - 1;
+  for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
+    uint32_t k = atomic_load_explicit(&stack_slots[i], memory_order_acquire);
+    if (k == 0) return STACK_NONE;
+    if (same_stack(&stacks[k - 1], h, pc, n)) return k - 1;
+  }
+}
+
 /* The stack's index, added if new (the last slot collects the stacks that
  * find the table full). Under profile_lock. */
 static uint32_t stack_index(const uintptr_t *pc, uint32_t n) {
   uint64_t h = stack_hash(pc, n);
   const uint32_t mask = 2 * STACKS_MAX - 1;
   for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask) {
-    uint32_t k = stack_slots[i];
+    uint32_t k = atomic_load_explicit(&stack_slots[i], memory_order_relaxed);
     if (k == 0) {
       if (nstacks == STACKS_MAX) return STACKS_MAX;
       prof_stack *s = &stacks[nstacks];
       s->hash = h;
       s->depth = n;
       memcpy(s->pc, pc, n * sizeof *pc);
-      stack_slots[i] = ++nstacks;
+      atomic_store_explicit(&stack_slots[i], ++nstacks, memory_order_release);
       return nstacks - 1;
     }
-    const prof_stack *s = &stacks[k - 1];
-    if (s->hash == h && s->depth == n && memcmp(s->pc, pc, n * sizeof *pc) == 0) return k - 1;
+    if (same_stack(&stacks[k - 1], h, pc, n)) return k - 1;
   }
 }
 
@@ -227,121 +261,155 @@ static uint32_t next_stack(uint32_t i) { return i + 1 < nstacks ? i + 1 : i < ST
 
 /* ---- live samples ---- */
 
-static size_t sample_slot(uintptr_t addr) {
-  uint64_t h = (addr >> 4) * 0x9e3779b97f4a7c15ull;
-  return (size_t)(h >> 20) & (sample_cap - 1);
+static uint64_t addr_hash(uintptr_t addr) { return (addr >> 4) * 0x9e3779b97f4a7c15ull; }
+static sample_shard *shard_of(uintptr_t addr) { return &shards[addr_hash(addr) >> 60]; }
+static size_t sample_slot(const sample_shard *sh, uintptr_t addr) {
+  return (size_t)(addr_hash(addr) >> 20) & (sh->cap - 1);
 }
 
 /* Remove slot i, shifting later entries of its run back (no tombstones). */
-static void sample_remove_at(size_t i) {
-  size_t mask = sample_cap - 1;
-  samples[i].addr = 0;
-  nsamples--;
-  for (size_t j = (i + 1) & mask; samples[j].addr != 0; j = (j + 1) & mask) {
-    size_t home = sample_slot(samples[j].addr);
+static void sample_remove_at(sample_shard *sh, size_t i) {
+  prof_sample *t = sh->table;
+  size_t mask = sh->cap - 1;
+  t[i].addr = 0;
+  sh->n--;
+  for (size_t j = (i + 1) & mask; t[j].addr != 0; j = (j + 1) & mask) {
+    size_t home = sample_slot(sh, t[j].addr);
     /* j's entry may move to i if its home is not in (i, j] cyclically */
     if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
-      samples[i] = samples[j];
-      samples[j].addr = 0;
+      t[i] = t[j];
+      t[j].addr = 0;
       i = j;
     }
   }
 }
 
-static prof_sample *sample_find(uintptr_t addr) {
-  for (size_t i = sample_slot(addr);; i = (i + 1) & (sample_cap - 1)) {
-    if (samples[i].addr == addr) return &samples[i];
-    if (samples[i].addr == 0) return NULL;
+static prof_sample *sample_find(sample_shard *sh, uintptr_t addr) {
+  for (size_t i = sample_slot(sh, addr);; i = (i + 1) & (sh->cap - 1)) {
+    if (sh->table[i].addr == addr) return &sh->table[i];
+    if (sh->table[i].addr == 0) return NULL;
   }
 }
 
-/* Is the sampled small block still live? Its page must be a live page of
- * the profiler's heap in the arena (looked up as free() does, so a page
- * given back since is no risk) holding it as a carved block, and the block
- * must not look free. Outside the arena the page cannot be looked up
- * safely: counted live. */
-static bool small_live(uintptr_t a) {
-  uintptr_t slab = hk_arena_slab(a);
-  if (slab >= HK_ARENA_SLABS) return true;
-  hk_page *page = hk_arena_page(slab);
-  return hk_is_carved_block(page, a) && hk_load_relaxed(&page->heap) == hk_profile_heap &&
-         !hk_looks_free(page, (const hk_block *)a);
-}
-
-/* Drop the samples whose blocks were freed. */
-static void sweep(void) {
-  for (size_t i = 0; i < sample_cap;) {
-    if (samples[i].addr != 0 && !samples[i].large && !small_live(samples[i].addr)) {
-      sample_remove_at(i); /* (slot i may hold a moved entry now: look again) */
-      continue;
-    }
-    i++;
-  }
-}
-
-static bool grow(void) {
-  size_t cap = sample_cap * 2;
-  prof_sample *t = hk_os_map_aligned(cap * sizeof *t, 4096), *old = samples;
+static bool grow(sample_shard *sh) {
+  size_t old_cap = sh->cap, cap = old_cap * 2;
+  prof_sample *t = hk_os_map_aligned(cap * sizeof *t, 4096), *old = sh->table;
   if (t == NULL) return false;
-  size_t old_cap = sample_cap;
-  samples = t;
-  sample_cap = cap;
-  nsamples = 0;
+  sh->table = t;
+  sh->cap = cap;
   for (size_t i = 0; i < old_cap; i++) {
     if (old[i].addr == 0) continue;
-    size_t j = sample_slot(old[i].addr);
-    while (samples[j].addr != 0) j = (j + 1) & (cap - 1);
-    samples[j] = old[i];
-    nsamples++;
+    size_t j = sample_slot(sh, old[i].addr);
+    while (t[j].addr != 0) j = (j + 1) & (cap - 1);
+    t[j] = old[i];
   }
   hk_os_unmap(old, old_cap * sizeof *old);
   return true;
 }
 
-static void sample_add(uintptr_t addr, size_t size, uint32_t stack, bool large) {
-  prof_sample *s = sample_find(addr);
-  if (s == NULL) {
-    if ((nsamples + 1) * 4 > sample_cap * 3) {
-      sweep();
-      if ((nsamples + 1) * 4 > sample_cap * 3 && !grow()) return;
-    }
-    size_t i = sample_slot(addr);
-    while (samples[i].addr != 0) i = (i + 1) & (sample_cap - 1);
-    s = &samples[i];
-    nsamples++;
+static void sample_add(uintptr_t addr, size_t size, uint32_t stack) {
+  sample_shard *sh = shard_of(addr);
+  hk_lock(&sh->lock);
+  prof_sample *s = sample_find(sh, addr);
+  if (s == NULL && ((sh->n + 1) * 4 <= sh->cap * 3 || grow(sh))) {
+    size_t i = sample_slot(sh, addr);
+    while (sh->table[i].addr != 0) i = (i + 1) & (sh->cap - 1);
+    s = &sh->table[i];
+    sh->n++;
   }
   /* (an address sampled before: that block was freed and its place reused) */
-  *s = (prof_sample){addr, size, stack, large};
-  stacks[stack].alloc_count++;
-  stacks[stack].alloc_bytes += size;
+  if (s != NULL) *s = (prof_sample){addr, size, stack};
+  hk_unlock(&sh->lock);
 }
 
 /* ---- the sampled allocation ---- */
 
 /* The stack of the allocation being sampled, this library's frames left
- * out: from the remembered frame sizes, or by the unwinder (see above). */
-static __attribute__((noinline)) uint32_t take_stack(uintptr_t *pc) {
+ * out: from the remembered frame sizes (*walked), or by the unwinder (see
+ * above). */
+static __attribute__((noinline)) uint32_t take_stack(uintptr_t *pc, bool *walked) {
   volatile char anchor = 0;
   uintptr_t here = (uintptr_t)&anchor, ip = (uintptr_t)__builtin_return_address(0);
+  *walked = false;
 #if defined(__x86_64__) /* (a return address is the word below its frame's CFA there; not on aarch64) */
   intptr_t delta = atomic_load_explicit(&take_stack_cfa, memory_order_relaxed);
-  if (++stacks_taken % VERIFY_EVERY != 0 && stack_top != 0 && delta != 0) {
+  if (stack_top != 0 && delta != 0) {
     uint32_t n = walk_stack(pc, ip, here + (uintptr_t)delta);
+    *walked = n != 0;
     if (n != 0) return n;
   }
 #endif
   return unwind_stack(pc, here, ip);
 }
 
-void *hk_profile_malloc(size_t size, unsigned cls) {
+/* Record the sample of the block at addr: its stack taken, and its
+ * stack's index (a walked stack not in the table yet is taken again by the
+ * unwinder, then added under profile_lock), then the sample. */
+static void record_sample(uintptr_t addr, size_t size) {
+  uintptr_t pc[STACK_MAX];
+  bool walked;
+  uint32_t n = take_stack(pc, &walked);
+  uint32_t index = stack_find(pc, n);
+  if (index == STACK_NONE) {
+    if (walked) n = unwind_stack(pc, 0, 0);
+    hk_lock(&profile_lock);
+    index = stack_index(pc, n);
+    hk_unlock(&profile_lock);
+  }
+  atomic_fetch_add_explicit(&stacks[index].alloc_count, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&stacks[index].alloc_bytes, size, memory_order_relaxed);
+  sample_add(addr, size, index);
+}
+
+static hk_heap *sample_heaps_free; /* profile_lock: sample heaps of exited threads, by pool_next */
+static _Atomic bool self_found;     /* lib_start and lib_end are known (set under profile_lock) */
+static int find_self(struct dl_phdr_info *info, size_t size, void *arg);
+
+/* This library's code, found at the first sample (not at start:
+ * dl_iterate_phdr takes the loader's lock). */
+static void find_self_once(void) {
+  if (atomic_load_explicit(&self_found, memory_order_acquire)) return;
+  hk_lock(&profile_lock);
+  if (!atomic_load_explicit(&self_found, memory_order_relaxed)) {
+    dl_iterate_phdr(find_self, (void *)(uintptr_t)&hk_profile_init);
+    atomic_store_explicit(&self_found, true, memory_order_release);
+  }
+  hk_unlock(&profile_lock);
+}
+
+/* A sample heap for this thread: one an exited thread left, or a new one.
+ * Made outside any lock (hk_heap_new may map). */
+static hk_heap *sample_heap_take(void) {
+  hk_lock(&profile_lock);
+  hk_heap *h = sample_heaps_free;
+  if (h != NULL) sample_heaps_free = h->pool_next;
+  hk_unlock(&profile_lock);
+  if (h != NULL) return h;
+  h = hk_heap_new();
+  if (h == NULL) return NULL;
+  hk_store_relaxed(&h->tid, 0); /* no thread's own heap: never reaped */
+  h->samples_only = 1;
+  return h;
+}
+
+/* The thread that used sample heap h is gone (or its heap was reaped):
+ * another thread takes h over, with its pages and their live samples. */
+void hk_profile_heap_release(hk_heap *h) {
+  hk_lock(&profile_lock);
+  h->pool_next = sample_heaps_free;
+  sample_heaps_free = h;
+  hk_unlock(&profile_lock);
+}
+
+void *hk_profile_malloc(hk_heap *h, size_t size, unsigned cls) {
   if (sampling) return NULL; /* (the unwinder allocating: the caller allocates as usual) */
   sampling = true;
-  uintptr_t pc[STACK_MAX];
-  uint32_t n = take_stack(pc);
-  hk_lock(&profile_lock);
-  void *p = hk_profile_heap != NULL ? hk_heap_alloc(hk_profile_heap, size, cls) : NULL;
-  if (p != NULL) sample_add((uintptr_t)p, size, stack_index(pc, n), false);
-  hk_unlock(&profile_lock);
+  if (h->sample_heap == NULL) {
+    find_self_once();
+    h->sample_heap = sample_heap_take();
+  }
+  void *p = h->sample_heap != NULL ? hk_heap_alloc(h->sample_heap, size, cls) : NULL;
+  if (p != NULL) record_sample((uintptr_t)p, size);
   sampling = false;
   return p;
 }
@@ -349,20 +417,18 @@ void *hk_profile_malloc(size_t size, unsigned cls) {
 bool hk_profile_large(void *p, size_t size) {
   if (sampling) return false;
   sampling = true;
-  uintptr_t pc[STACK_MAX];
-  uint32_t n = take_stack(pc);
-  hk_lock(&profile_lock);
-  sample_add((uintptr_t)p, size, stack_index(pc, n), true);
-  hk_unlock(&profile_lock);
+  find_self_once();
+  record_sample((uintptr_t)p, size);
   sampling = false;
   return true;
 }
 
 void hk_profile_forget(void *p) {
-  hk_lock(&profile_lock);
-  prof_sample *s = sample_find((uintptr_t)p);
-  if (s != NULL) sample_remove_at((size_t)(s - samples));
-  hk_unlock(&profile_lock);
+  sample_shard *sh = shard_of((uintptr_t)p);
+  hk_lock(&sh->lock);
+  prof_sample *s = sample_find(sh, (uintptr_t)p);
+  if (s != NULL) sample_remove_at(sh, (size_t)(s - sh->table));
+  hk_unlock(&sh->lock);
 }
 
 /* ---- the profile ---- */
@@ -422,8 +488,8 @@ static double scale(uint64_t size) {
   return 1 / (1 - e);
 }
 
-/* Per stack: the live samples' count and bytes, raw. Under profile_lock,
- * after sweep(). Uses the stacks' pad field as a mark. */
+/* Per stack: the live samples' count and bytes, raw. Under profile_lock.
+ * Uses the stacks' pad field as a mark. */
 typedef struct live_tally { uint64_t count, bytes; double est_count, est_bytes; } live_tally;
 
 static live_tally *live_by_stack(void) {
@@ -432,15 +498,20 @@ static live_tally *live_by_stack(void) {
   if (t == NULL) return NULL;
   memset(t, 0, nstacks * sizeof *t);
   memset(&t[STACKS_MAX], 0, sizeof *t);
-  for (size_t i = 0; i < sample_cap; i++) {
-    const prof_sample *s = &samples[i];
-    if (s->addr == 0) continue;
-    live_tally *l = &t[s->stack];
-    double k = scale(s->size);
-    l->count++;
-    l->bytes += s->size;
-    l->est_count += k;
-    l->est_bytes += k * (double)s->size;
+  for (unsigned k = 0; k < SHARDS; k++) {
+    sample_shard *sh = &shards[k];
+    hk_lock(&sh->lock);
+    for (size_t i = 0; i < sh->cap; i++) {
+      const prof_sample *s = &sh->table[i];
+      if (s->addr == 0) continue;
+      live_tally *l = &t[s->stack];
+      double f = scale(s->size);
+      l->count++;
+      l->bytes += s->size;
+      l->est_count += f;
+      l->est_bytes += f * (double)s->size;
+    }
+    hk_unlock(&sh->lock);
   }
   return t;
 }
@@ -586,7 +657,6 @@ int hk_profile_dump(const char *path) {
     return -1;
   }
   hk_lock(&profile_lock);
-  sweep();
   const live_tally *t = live_by_stack();
   int rc = -1;
   if (t == NULL) errno = ENOMEM;
@@ -611,22 +681,22 @@ int hk_profile_dump(const char *path) {
  * (estimates), to stderr. */
 static void leak_report(void) {
   hk_lock(&profile_lock);
-  sweep();
   live_tally *t = live_by_stack();
   if (t == NULL) {
     hk_unlock(&profile_lock);
     return;
   }
   double total = 0;
-  for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) total += t[i].est_bytes;
+  uint64_t live = 0;
+  for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) total += t[i].est_bytes, live += t[i].count;
   out o = {.fd = 2};
   out_str(&o, "hakmem: profile: ");
   out_dec(&o, (uint64_t)(total + 0.5));
   out_str(&o, " bytes live at exit (estimated from ");
-  out_dec(&o, nsamples);
+  out_dec(&o, live);
   out_str(&o, " samples, 1 per ");
   out_dec(&o, (uint64_t)hk_opt.profile_rate);
-  out_str(&o, " bytes); the largest by allocation site:\n");
+  out_str(&o, live != 0 ? " bytes); the largest by allocation site:\n" : " bytes)\n");
   for (int rank = 0; rank < 10; rank++) {
     uint32_t best = STACKS_MAX + 1;
     for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i))
@@ -701,17 +771,20 @@ void hk_profile_init(void) {
     hk_os_write_stderr(msg, sizeof msg - 1);
     return;
   }
-  sample_cap = SAMPLES_MIN;
-  samples = hk_os_map_aligned(sample_cap * sizeof *samples, 4096);
+  for (unsigned k = 0; k < SHARDS; k++) {
+    pthread_mutex_init(&shards[k].lock, NULL);
+    shards[k].cap = SHARD_MIN;
+    shards[k].table = hk_os_map_aligned(SHARD_MIN * sizeof(prof_sample), 4096);
+    if (shards[k].table == NULL) return;
+  }
   stacks = hk_os_map_aligned((STACKS_MAX + 1) * sizeof *stacks, 4096);
   stack_slots = hk_os_map_aligned(2 * STACKS_MAX * sizeof *stack_slots, 4096);
-  if (samples == NULL || stacks == NULL || stack_slots == NULL) return;
 }
 
 /* At the end of initialisation, malloc working (dlopen allocates): the
  * unwinder, and then the profiler samples. */
 void hk_profile_load(void) {
-  if (samples == NULL || stacks == NULL || stack_slots == NULL) return;
+  if (shards[SHARDS - 1].table == NULL || stacks == NULL || stack_slots == NULL) return;
   void *lib = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib != NULL) {
     unwind_backtrace = (_Unwind_Reason_Code(*)(_Unwind_Trace_Fn, void *))dlsym(lib, "_Unwind_Backtrace");
@@ -728,24 +801,21 @@ void hk_profile_load(void) {
   hk_tls_arm(); /* (this thread's budget: now to its first sample) */
 }
 
-/* Made at the first sample, outside any lock (hk_heap_new may map). */
-void hk_profile_start_heap(void) {
-  dl_iterate_phdr(find_self, (void *)(uintptr_t)&hk_profile_init); /* (not at start: takes the loader's lock) */
-  hk_lock(&profile_lock);
-  if (hk_profile_heap == NULL) {
-    hk_heap *h = hk_heap_new();
-    if (h != NULL) hk_store_relaxed(&h->tid, 0); /* no thread of its own: never reaped */
-    hk_profile_heap = h;
-  }
-  hk_unlock(&profile_lock);
-}
-
 __attribute__((destructor)) static void profile_at_exit(void) {
   if (!hk_profile_on) return;
   hk_profile_dump(NULL);
   leak_report();
 }
 
-void hk_profile_fork_prepare(void) { hk_lock(&profile_lock); }
-void hk_profile_fork_parent(void) { hk_unlock(&profile_lock); }
-void hk_profile_fork_child(void) { pthread_mutex_init(&profile_lock, NULL); }
+void hk_profile_fork_prepare(void) {
+  hk_lock(&profile_lock);
+  for (unsigned k = 0; k < SHARDS; k++) hk_lock(&shards[k].lock);
+}
+void hk_profile_fork_parent(void) {
+  for (unsigned k = 0; k < SHARDS; k++) hk_unlock(&shards[k].lock);
+  hk_unlock(&profile_lock);
+}
+void hk_profile_fork_child(void) {
+  pthread_mutex_init(&profile_lock, NULL);
+  for (unsigned k = 0; k < SHARDS; k++) pthread_mutex_init(&shards[k].lock, NULL);
+}

@@ -21,7 +21,6 @@ hk_heap hk_heap_empty = {.free_owner = HK_NO_OWNER(&hk_heap_empty), /* (not NULL
 __thread hk_tls_state hk_tls __attribute__((tls_model("initial-exec"))) = {&hk_heap_empty, HK_BUDGET_SHUT};
 
 bool hk_profile_on;       /* the heap profiler samples (profile.c) */
-hk_heap *hk_profile_heap; /* the heap its samples of size classes come from (made at the first) */
 
 /* The budget for the thread's heap as it is now: shut while malloc must
  * leave the fast path every time (no heap, cache mode, hardened mode);

@@ -98,8 +98,7 @@ static HK_NOINLINE void *sampled_malloc(size_t size, hk_heap *h) {
     if (p != NULL && size > HK_MEDIUM_MAX && hk_profile_large(p, size)) hk_large_set_sampled(p);
     return p;
   }
-  if (hk_profile_heap == NULL) hk_profile_start_heap();
-  void *p = hk_profile_malloc(size, hk_size_class(size ? size : 1));
+  void *p = hk_profile_malloc(h, size, hk_size_class(size ? size : 1));
   if (p != NULL) return p;
   return h->free_owner != h ? hk_malloc_cached(size, h) : hk_malloc_heap(size, h);
 }

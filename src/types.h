@@ -327,11 +327,15 @@ typedef struct hk_heap {
   uint32_t purge_calls;           /* calls of the pass that may not be due (clock read on every 8th) */
   uint32_t class_searched[HK_NCLASSES]; /* purge_passes at the class's last page search */
   struct hk_heap *pool_next;      /* free heap pool */
+  struct hk_heap *sample_heap;    /* the heap this thread's sampled blocks of size classes come
+                                     from (profile.c), made at its first sample; NULL: none yet */
   hk_heap_stats stats;
   /* what other threads read or write, on a line of its own: each remote
    * free reads active_ms, which shared a line with counters and queue heads
    * that the owner writes */
   _Alignas(64) _Atomic uint64_t active_ms; /* when the owner last looked for a page, to 16 searches */
+  uint32_t samples_only;          /* a sample heap: its blocks are the heap profiler's samples, and
+                                     a free sends them back to their page, never to a cache */
   _Atomic uint32_t remote_hint;   /* a full page received a remote free */
   /* Not zeroed when a heap is reused (hk_heap_new zeroes what comes before
    * remote_hint): the purger walks all_next and takes spare_lock at any time,

@@ -6,7 +6,8 @@
 #   google-pprof --text reads the profile and names the functions that
 #   hold the memory; the JSON has the same estimate; SIGUSR2 writes the
 #   profile; the leak report at exit names the holding sites;
-#   hak_profile_dump fails with ENOSYS when the profiler is off.
+#   hak_profile_dump fails with ENOSYS when the profiler is off; threads
+#   that exit one after another leave their sample heaps to the next.
 # Usage: profile_check.sh TEST_PROFILE
 set -eu
 prog=$1
@@ -15,6 +16,7 @@ trap 'rm -rf "$dir"' EXIT
 command -v google-pprof >/dev/null || { echo "FAIL: google-pprof is missing (Debian: google-perftools)"; exit 1; }
 
 "$prog" off
+HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=1024 HAKMEM_PROFILE_FILE="$dir/threads.%p" "$prog" threads 2>/dev/null
 
 HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=16384 HAKMEM_PROFILE_FILE="$dir/exit.%p" "$prog" dump "$dir/p.heap" >"$dir/out" 2>"$dir/err"
 live=$(sed -n 's/^live //p' "$dir/out")

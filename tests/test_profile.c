@@ -8,6 +8,10 @@
  *   test_profile signal PATH  the workload, then SIGUSR2 (HAKMEM_PROFILE_FILE
  *                             must name PATH) and allocations until the
  *                             profile appears
+ *   test_profile threads      300 short threads, one after another, each
+ *                             allocating and freeing blocks of many
+ *                             classes: the sample heaps of exited threads
+ *                             are taken over, so the mapped bytes stay flat
  *   test_profile [off]        hak_profile_dump fails with ENOSYS (the profiler off) */
 #include "api.h"
 
@@ -57,7 +61,32 @@ static size_t workload(void) {
   return (size_t)(SMALL / 2) * 100 + (size_t)(LARGE - 1) * (3u << 20) + (size_t)(SMALL / 8) * 256;
 }
 
+__attribute__((noinline)) void *profile_short_thread(void *arg) {
+  void *p[64];
+  for (int round = 0; round < 64; round++) {
+    for (int i = 0; i < 64; i++) p[i] = malloc(16 + (size_t)(i * 61 + round * 7) % 4000);
+    for (int i = 0; i < 64; i++) free(p[i]);
+  }
+  return arg;
+}
+
+static unsigned long long mapped_after_threads(int threads) {
+  for (int i = 0; i < threads; i++) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, profile_short_thread, NULL) == 0 && pthread_join(t, NULL) == 0, "thread");
+  }
+  struct hak_stats s;
+  CHECK(hak_stats_get(&s, sizeof s) == 0, "hak_stats_get");
+  return s.mapped_bytes;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "threads") == 0) {
+    unsigned long long first = mapped_after_threads(30), last = mapped_after_threads(270);
+    printf("test_profile: threads: %llu bytes mapped after 30 threads, %llu after 300\n", first, last);
+    CHECK(last <= first + (8u << 20), "the mapped bytes grow with exited threads");
+    return 0;
+  }
   if (argc < 2 || strcmp(argv[1], "off") == 0) {
     errno = 0;
     CHECK(hak_profile_dump("/nonexistent/x") == -1 && errno == ENOSYS, "hak_profile_dump without the profiler");
