@@ -2,13 +2,14 @@
  *
  *   hakmem run [--stats] [--] PROGRAM [ARGS...]   run PROGRAM with libhakmem.so preloaded
  *   hakmem bench [--quick] [--sweep] [--only NAME] [--with NAME=PATH] [run.py options]
+ *   hakmem report [-o FILE] [report.py options] -- PROGRAM [ARGS...]
  *   hakmem --version | --help
  *
  * Where things are looked up:
  *  - run from the build tree (build/programs/hakmem): build/libhakmem.so,
- *    the source tree's bench/run.py and build/bench/;
+ *    the source tree's bench/run.py, programs/report.py and build/bench/;
  *  - installed (PREFIX/bin/hakmem): PREFIX/LIBDIR/libhakmem.so,
- *    PREFIX/share/hakmem/run.py and PREFIX/libexec/hakmem/ (found relative to
+ *    PREFIX/share/hakmem/{run,report}.py and PREFIX/libexec/hakmem/ (found relative to
  *    the executable, so an installed tree can be moved), then the configured
  *    install paths;
  *  - HAKMEM_LIB=/path/to/libhakmem.so overrides the library. */
@@ -42,6 +43,8 @@ static const char usage[] =
     "usage: hakmem run [--stats[=json]] [--stats-file PATH] [--] PROGRAM [ARGS...]\n"
     "       hakmem bench [--quick] [--sweep] [--only NAME] [--with NAME=PATH] [--repeats N] [--out DIR]\n"
     "                    [--callgrind]\n"
+    "       hakmem report [-o FILE] [--rate BYTES] [--interval MS] [--keep DIR] -- PROGRAM [ARGS...]\n"
+    "       hakmem report --from PROFILE.json [--timeline FILE] [-o FILE]\n"
     "       hakmem --version | --help\n"
     "\n"
     "  run      run PROGRAM with the hakmem allocator preloaded (LD_PRELOAD)\n"
@@ -52,6 +55,9 @@ static const char usage[] =
     "  bench    compare hakmem with glibc, mimalloc, jemalloc and tcmalloc on the benchmark\n"
     "           suite; --sweep: on the workload sweep (generated configurations); options are\n"
     "           passed to the runner (run.py --help lists them all)\n"
+    "  report   run PROGRAM with the heap profiler and a timeline of its memory, and write one\n"
+    "           HTML page (default hakmem-report.html; docs/REPORT.md); --from: the page of a\n"
+    "           profile a running program wrote (hak_profile_dump, SIGUSR2)\n"
     "\n"
     "environment:\n"
     "  HAKMEM_LIB   path of libhakmem.so to use instead of the one found next to hakmem\n"
@@ -166,31 +172,60 @@ static int cmd_run(int argc, char **argv) {
   return err == ENOENT ? 127 : 126;
 }
 
-static int cmd_bench(int argc, char **argv) {
-  char runner[PATH_MAX], bindir[PBUF], tried[3 * PBUF + 16];
+/* A script of ours: SOURCE_PATH in the build tree's sources, else
+ * share/hakmem/NAME installed. */
+static int find_script(char *out, size_t outsz, const char *source_path, const char *name, const char *what) {
+  char tried[3 * PBUF + 16];
   static char c[3][PBUF];
   int n = 0;
-  if (in_build_tree()) snprintf(c[n++], PBUF, "%s/bench/run.py", HAKMEM_SOURCE_DIR);
-  snprintf(c[n++], PBUF, "%s/../%s/hakmem/run.py", exe_dir, HAKMEM_INSTALL_DATADIR);
-  snprintf(c[n++], PBUF, "%s/%s/hakmem/run.py", HAKMEM_INSTALL_PREFIX, HAKMEM_INSTALL_DATADIR);
+  if (in_build_tree()) snprintf(c[n++], PBUF, "%s/%s", HAKMEM_SOURCE_DIR, source_path);
+  snprintf(c[n++], PBUF, "%s/../%s/hakmem/%s", exe_dir, HAKMEM_INSTALL_DATADIR, name);
+  snprintf(c[n++], PBUF, "%s/%s/hakmem/%s", HAKMEM_INSTALL_PREFIX, HAKMEM_INSTALL_DATADIR, name);
   const char *list[4] = {c[0], c[1], c[2], NULL};
   list[n] = NULL;
-  if (!find_first(runner, sizeof runner, tried, sizeof tried, list)) {
-    fprintf(stderr, "hakmem: cannot find the benchmark runner (looked for %s)\n", tried);
-    return 1;
+  if (find_first(out, outsz, tried, sizeof tried, list)) return 1;
+  fprintf(stderr, "hakmem: cannot find %s (looked for %s)\n", what, tried);
+  return 0;
+}
+
+/* Debian's python3 has python3-matplotlib; prefer it over one earlier in PATH */
+static const char *python(void) { return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3"; }
+
+static int cmd_report(int argc, char **argv) {
+  char script[PATH_MAX];
+  if (!find_script(script, sizeof script, "programs/report.py", "report.py", "the report generator")) return 1;
+  int wants_lib = 1;
+  for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; i++)
+    if (strcmp(argv[i], "--from") == 0 || strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) wants_lib = 0;
+  char **args = calloc((size_t)argc + 6, sizeof *args);
+  if (!args) return 1;
+  int k = 0;
+  args[k++] = (char *)python();
+  args[k++] = script;
+  if (wants_lib) {
+    args[k++] = "--hakmem";
+    args[k++] = (char *)find_lib();
   }
+  for (int i = 0; i < argc; i++) args[k++] = argv[i];
+  args[k] = NULL;
+  execvp(args[0], args);
+  fprintf(stderr, "hakmem: cannot run '%s': %s\n", args[0], strerror(errno));
+  return 127;
+}
+
+static int cmd_bench(int argc, char **argv) {
+  char runner[PATH_MAX], bindir[PBUF];
+  if (!find_script(runner, sizeof runner, "bench/run.py", "run.py", "the benchmark runner")) return 1;
   if (in_build_tree()) snprintf(bindir, sizeof bindir, "%s/bench", HAKMEM_BUILD_DIR);
   else if (snprintf(bindir, sizeof bindir, "%s/../%s/hakmem", exe_dir, HAKMEM_INSTALL_LIBEXECDIR),
            access(bindir, X_OK) != 0)
     snprintf(bindir, sizeof bindir, "%s/%s/hakmem", HAKMEM_INSTALL_PREFIX, HAKMEM_INSTALL_LIBEXECDIR);
   const char *lib = find_lib();
 
-  /* Debian's python3 has python3-matplotlib; prefer it over one earlier in PATH */
-  const char *python = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
   char **args = calloc((size_t)argc + 8, sizeof *args);
   if (!args) return 1;
   int k = 0;
-  args[k++] = (char *)python;
+  args[k++] = (char *)python();
   args[k++] = runner;
   args[k++] = "--bin-dir";
   args[k++] = bindir;
@@ -198,8 +233,8 @@ static int cmd_bench(int argc, char **argv) {
   args[k++] = (char *)lib;
   for (int i = 0; i < argc; i++) args[k++] = argv[i];
   args[k] = NULL;
-  execvp(python, args);
-  fprintf(stderr, "hakmem: cannot run '%s': %s\n", python, strerror(errno));
+  execvp(args[0], args);
+  fprintf(stderr, "hakmem: cannot run '%s': %s\n", args[0], strerror(errno));
   return 127;
 }
 
@@ -227,6 +262,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
   if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 2, argv + 2);
+  if (strcmp(cmd, "report") == 0) return cmd_report(argc - 2, argv + 2);
   fprintf(stderr, "hakmem: unknown command '%s'\n%s", cmd, usage);
   return 2;
 }

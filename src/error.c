@@ -77,3 +77,25 @@ void hk_fatal(const char *what, const void *p) { hk_fatal_in(NULL, what, p); }
 void hk_cache_corrupted(const hk_block *b) {
   hk_fatal("free list corrupted (a freed block's link in the thread's cache was overwritten)", b);
 }
+
+/* A file name from a pattern: each %p replaced by the pid, then suffix
+ * added (false: it does not fit in size). */
+bool hk_fmt_path(char *name, size_t size, const char *pattern, const char *suffix) {
+  char d[24];
+  size_t dn = hk_fmt_dec(d, (uint64_t)hk_os_pid()), n = 0;
+  for (const char *s = pattern; *s; s++) {
+    if (s[0] == '%' && s[1] == 'p') {
+      if (n + dn >= size) return false;
+      memcpy(name + n, d, dn);
+      n += dn;
+      s++;
+    } else {
+      if (n + 1 >= size) return false;
+      name[n++] = *s;
+    }
+  }
+  size_t sn = strlen(suffix);
+  if (n + sn >= size) return false;
+  memcpy(name + n, suffix, sn + 1);
+  return true;
+}

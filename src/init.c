@@ -50,6 +50,7 @@ void hk_init(void) {
 #endif
   if (hk_opt.profile && !hk_secure) hk_profile_load(); /* (dlopen) */
   initializing = 0;
+  hk_timeline_start(); /* (a thread: after initializing, as its calloc needs malloc) */
 }
 
 /* The fork handlers are registered once the process may have a second
@@ -119,4 +120,5 @@ void hk_fork_child(void) {
   hk_reclaim_fork_done();
   hk_profile_fork_child();
   hk_pressure_fork_child();
+  hk_timeline_start(); /* (every lock usable again: a thread of its own for the child) */
 }

@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -342,6 +343,79 @@ HK_API void hak_malloc_stats(void) { hk_stats_report(); }
 /* HAKMEM_STATS: the statistics at exit */
 __attribute__((destructor)) static void stats_at_exit(void) {
   if (hk_opt.stats) hk_stats_report();
+}
+
+/* ---- the timeline (HAKMEM_TIMELINE_FILE, docs/REPORT.md) ----
+ * A thread of its own appends a line every HAKMEM_TIMELINE_MS: the
+ * milliseconds since the timeline started, RSS, live bytes and mapped
+ * bytes, from the same walk as hak_stats_get (the allocator's own figures:
+ * no ptrace). The first line is a JSON header naming the process; the last
+ * is written at exit. A forked child starts a timeline of its own (the
+ * name's %p is its pid); an exec'd program, from its own start-up. */
+static int timeline_fd = -1;
+static uint64_t timeline_t0_us;
+
+static void timeline_line(void) {
+  hk_pressure_hold();
+  collect();
+  uint64_t v[4] = {(hk_os_now_us() - timeline_t0_us) / 1000, stats.resident_bytes, stats.live_bytes,
+                   stats.mapped_bytes};
+  hk_pressure_unhold();
+  char line[96];
+  size_t n = 0;
+  for (int i = 0; i < 4; i++) {
+    if (i) line[n++] = ' ';
+    n += hk_fmt_dec(line + n, v[i]);
+  }
+  line[n++] = '\n';
+  hk_os_write(timeline_fd, line, n);
+}
+
+static void *timeline_main(void *arg) {
+  (void)arg;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL); /* never take the program's signals */
+  for (;;) {
+    hk_os_sleep_ms(hk_opt.timeline_ms);
+    timeline_line();
+  }
+  return NULL;
+}
+
+/* At the end of start-up (malloc working: pthread_create allocates), and
+ * in a forked child. */
+void hk_timeline_start(void) {
+  char name[1100];
+  if (hk_opt.timeline_file == NULL) return;
+  if (timeline_fd >= 0) hk_os_close(timeline_fd); /* (the parent's, in a forked child) */
+  timeline_fd = -1;
+  if (!hk_fmt_path(name, sizeof name, hk_opt.timeline_file, "") || (timeline_fd = hk_os_create(name)) < 0) {
+    hk_warning("cannot create the HAKMEM_TIMELINE_FILE");
+    return;
+  }
+  timeline_t0_us = hk_os_now_us();
+  text o = {name, sizeof name, 0};
+  puts_(&o, "{\"hakmem_timeline\":1,\"pid\":");
+  put_dec(&o, (uint64_t)hk_os_pid());
+  puts_(&o, ",\"program\":\"");
+  put_escaped(&o, program_name());
+  puts_(&o, "\",\"interval_ms\":");
+  put_dec(&o, (uint64_t)hk_opt.timeline_ms);
+  puts_(&o, ",\"columns\":[\"ms\",\"rss\",\"live\",\"mapped\"]}\n");
+  if (o.len <= sizeof name) hk_os_write(timeline_fd, name, o.len);
+  timeline_line();
+  pthread_attr_t attr;
+  pthread_t tid;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 128u << 10);
+  if (pthread_create(&tid, &attr, timeline_main, NULL) != 0) hk_warning("cannot start the timeline thread");
+  pthread_attr_destroy(&attr);
+}
+
+__attribute__((destructor)) static void timeline_at_exit(void) {
+  if (timeline_fd >= 0) timeline_line();
 }
 
 /* ---- glibc's malloc_info: XML, in glibc's elements ----

@@ -46,6 +46,8 @@ bool hk_os_space_limited(size_t need); /* an RLIMIT_AS that a mapping of need by
 bool hk_os_space_tight(void);            /* an RLIMIT_AS or RLIMIT_DATA holds */
 int hk_os_tid(void);                     /* the calling thread's kernel id */
 int hk_os_pid(void);
+void hk_os_sleep_ms(long ms);
+uint64_t hk_os_now_us(void);             /* the monotonic clock, in microseconds */
 unsigned hk_os_cpu_count(void);          /* CPUs this process may run on (1 if unknown) */
 bool hk_os_thread_gone(int tid, int pid); /* that thread of process pid has exited (pid: this process) */
 uint64_t hk_os_now_ms(void);
@@ -77,6 +79,7 @@ uint64_t hk_random_gap(uint64_t mean);           /* exponentially distributed, t
 size_t hk_fmt_hex(char *buf, uintptr_t v);
 size_t hk_fmt_dec(char *buf, uint64_t v);
 size_t hk_fmt_json_char(char *buf, unsigned char ch); /* ch escaped for a JSON string (1-6 bytes) */
+bool hk_fmt_path(char *name, size_t size, const char *pattern, const char *suffix); /* %p: the pid */
 
 /* ---- options.c ---- */
 extern hk_options hk_opt;
@@ -347,6 +350,7 @@ int hk_profile_dump(const char *path);
 void hk_profile_fork_prepare(void);
 void hk_profile_fork_parent(void);
 void hk_profile_fork_child(void);
+void hk_timeline_start(void);      /* HAKMEM_TIMELINE_FILE: its thread (inspect.c) */
 void hk_large_usage(size_t *mapped, size_t *cached); /* all large mappings, and the cached ones, at one time */
 size_t hk_large_live_bytes(void);                    /* bytes asked for by the live large blocks */
 

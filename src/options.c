@@ -56,6 +56,8 @@ static option_desc options[] = {
    NULL},
   {"PROFILE_SIGNAL", &hk_opt.profile_signal, 12, 0, 64, "signal that writes the heap profile (12: SIGUSR2; 0: none)",
    NULL},
+  {"TIMELINE_MS", &hk_opt.timeline_ms, 10, 1, 60000,
+   "milliseconds between two lines of HAKMEM_TIMELINE_FILE", NULL},
   {"REGION_LISTS", &hk_opt.region_lists, 0, 0, HK_REGION_LISTS_MAX,
    "region lists of a lock each; 0: one per CPU the process may run on, 8 to 64", NULL},
 };
@@ -86,7 +88,7 @@ static bool parse_word(const option_desc *o, const char *s, long *out) {
 
 /* Options whose value is text, kept in a buffer of their own (the
  * environment's strings may change under a running program). */
-static char stats_file[1024], profile_file[1024];
+static char stats_file[1024], profile_file[1024], timeline_file[1024];
 typedef struct text_option_desc {
   const char *name;
   char *buf;
@@ -98,6 +100,8 @@ static const text_option_desc text_options[] = {
    "where HAKMEM_STATS writes (default stderr); %p: the pid; a second process's name gets .PID"},
   {"PROFILE_FILE", profile_file, sizeof profile_file,
    "where the heap profile goes (default hakmem.%p.heap, and .json beside it); %p: the pid"},
+  {"TIMELINE_FILE", timeline_file, sizeof timeline_file,
+   "a line every HAKMEM_TIMELINE_MS here: RSS, live and mapped bytes (docs/REPORT.md); %p: the pid"},
 };
 
 static const char *env_lookup(const char *name) {
@@ -185,6 +189,7 @@ void hk_options_init(void) {
   }
   hk_opt.stats_file = stats_file[0] ? stats_file : NULL;
   hk_opt.profile_file = profile_file[0] ? profile_file : "hakmem.%p.heap";
+  hk_opt.timeline_file = timeline_file[0] ? timeline_file : NULL;
   hk_verbose = hk_opt.verbose != 0;
 }
 

@@ -209,6 +209,18 @@ bool hk_os_shrink(void *p, size_t old_size, size_t new_size) {
   return munmap((char *)p + new_size, old_size - new_size) == 0;
 }
 
+uint64_t hk_os_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+void hk_os_sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
 uint64_t hk_os_now_ms(void) {
   struct timespec ts;
 #ifdef CLOCK_MONOTONIC_COARSE

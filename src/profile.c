@@ -34,6 +34,9 @@
 #define STACK_MAX 48           /* frames kept per sample */
 #define STACKS_MAX (1u << 14)  /* distinct stacks (a table of 16,384) */
 #define SHARDS 16              /* live-sample tables, each under its own lock */
+#define LIFETIMES 3            /* freed within 10 ms, within 1 s, later */
+static const uint64_t LIFETIME_MS[LIFETIMES - 1] = {10, 1000};
+#define SIZE_BUCKETS 48        /* sampled allocations by size: [2^i, 2^(i+1)) bytes */
 #define SHARD_MIN (1u << 10)   /* a table's first size; doubles when 3/4 full */
 
 typedef struct prof_stack {
@@ -41,6 +44,8 @@ typedef struct prof_stack {
   uint32_t depth;
   uint32_t pad;
   _Atomic uint64_t alloc_count, alloc_bytes; /* samples taken here, and their bytes (raw) */
+  _Atomic uint64_t freed[LIFETIMES]; /* samples freed, by lifetime (LIFETIME_MS) */
+  _Atomic uint64_t freed_remote;     /* samples freed by a thread other than their allocator's */
   uintptr_t pc[STACK_MAX];
 } prof_stack;
 
@@ -48,6 +53,8 @@ typedef struct prof_sample {
   uintptr_t addr; /* 0: free slot */
   uint64_t size;  /* bytes asked for */
   uint32_t stack; /* index in stacks[] */
+  uint32_t thread; /* the allocating thread's number (thread_number) */
+  uint64_t when;  /* hk_os_now_ms() at the allocation */
 } prof_sample;
 
 /* profile_lock: adding stacks, the sample heaps' pool, writing the profile
@@ -70,6 +77,17 @@ typedef struct sample_shard {
   size_t cap, n;
 } sample_shard;
 static sample_shard shards[SHARDS];
+
+static _Atomic uint64_t size_samples[SIZE_BUCKETS][2]; /* sampled allocations by size: samples, bytes (raw) */
+static uint64_t start_ms; /* hk_os_now_ms() when the profiler started */
+
+/* A number for this thread, from 1 (a sample's allocator, compared at its free) */
+static uint32_t thread_number(void) {
+  static __thread uint32_t number __attribute__((tls_model("initial-exec")));
+  static _Atomic uint32_t threads;
+  if (number == 0) number = atomic_fetch_add_explicit(&threads, 1, memory_order_relaxed) + 1;
+  return number;
+}
 static uintptr_t lib_start, lib_end; /* this library's code: frames skipped at a stack's top */
 static __thread bool sampling __attribute__((tls_model("initial-exec"))); /* no sample within a sample */
 
@@ -307,7 +325,7 @@ static bool grow(sample_shard *sh) {
   return true;
 }
 
-static void sample_add(uintptr_t addr, size_t size, uint32_t stack) {
+static void sample_add(uintptr_t addr, size_t size, uint32_t stack, uint64_t now) {
   sample_shard *sh = shard_of(addr);
   hk_lock(&sh->lock);
   prof_sample *s = sample_find(sh, addr);
@@ -318,7 +336,7 @@ static void sample_add(uintptr_t addr, size_t size, uint32_t stack) {
     sh->n++;
   }
   /* (an address sampled before: that block was freed and its place reused) */
-  if (s != NULL) *s = (prof_sample){addr, size, stack};
+  if (s != NULL) *s = (prof_sample){addr, size, stack, thread_number(), now};
   hk_unlock(&sh->lock);
 }
 
@@ -358,7 +376,11 @@ static void record_sample(uintptr_t addr, size_t size) {
   }
   atomic_fetch_add_explicit(&stacks[index].alloc_count, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&stacks[index].alloc_bytes, size, memory_order_relaxed);
-  sample_add(addr, size, index);
+  unsigned b = 63 - (unsigned)__builtin_clzll((uint64_t)size | 1);
+  if (b >= SIZE_BUCKETS) b = SIZE_BUCKETS - 1;
+  atomic_fetch_add_explicit(&size_samples[b][0], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&size_samples[b][1], size, memory_order_relaxed);
+  sample_add(addr, size, index, hk_os_now_ms());
 }
 
 static hk_heap *sample_heaps_free; /* profile_lock: sample heaps of exited threads, by pool_next */
@@ -427,7 +449,15 @@ void hk_profile_forget(void *p) {
   sample_shard *sh = shard_of((uintptr_t)p);
   hk_lock(&sh->lock);
   prof_sample *s = sample_find(sh, (uintptr_t)p);
-  if (s != NULL) sample_remove_at(sh, (size_t)(s - sh->table));
+  if (s != NULL) {
+    uint64_t life = hk_os_now_ms() - s->when;
+    unsigned k = 0;
+    while (k < LIFETIMES - 1 && life >= LIFETIME_MS[k]) k++;
+    prof_stack *st = &stacks[s->stack];
+    atomic_fetch_add_explicit(&st->freed[k], 1, memory_order_relaxed);
+    if (s->thread != thread_number()) atomic_fetch_add_explicit(&st->freed_remote, 1, memory_order_relaxed);
+    sample_remove_at(sh, (size_t)(s - sh->table));
+  }
   hk_unlock(&sh->lock);
 }
 
@@ -578,8 +608,13 @@ static void write_json(int fd, const live_tally *t) {
   out o = {.fd = fd};
   double lb = 0, lc = 0, ab = 0, ac = 0;
   for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) lb += t[i].est_bytes, lc += t[i].est_count;
+  extern char *program_invocation_short_name; /* (glibc and musl; no allocation) */
   out_str(&o, "{\"hakmem\":\"" HK_VERSION_STRING "\",\"pid\":");
   out_dec(&o, (uint64_t)hk_os_pid());
+  out_str(&o, ",\"program\":\"");
+  out_json_str(&o, program_invocation_short_name != NULL ? program_invocation_short_name : "");
+  out_str(&o, "\",\"uptime_ms\":");
+  out_dec(&o, hk_os_now_ms() - start_ms);
   out_str(&o, ",\"rate\":");
   out_dec(&o, (uint64_t)hk_opt.profile_rate);
   out_str(&o, ",\"live_bytes\":");
@@ -609,6 +644,13 @@ static void write_json(int fd, const live_tally *t) {
     out_dec(&o, t[i].count);
     out_str(&o, ",\"samples\":");
     out_dec(&o, s->alloc_count);
+    out_str(&o, ",\"samples_freed\":[");
+    for (unsigned k = 0; k < LIFETIMES; k++) {
+      if (k) out_str(&o, ",");
+      out_dec(&o, s->freed[k]);
+    }
+    out_str(&o, "],\"samples_freed_remote\":");
+    out_dec(&o, s->freed_remote);
     out_str(&o, ",\"frames\":[");
     for (uint32_t f = 0; f < s->depth; f++) {
       if (f) out_str(&o, ",");
@@ -620,29 +662,32 @@ static void write_json(int fd, const live_tally *t) {
   out_dec(&o, (uint64_t)(ab + 0.5));
   out_str(&o, ",\"alloc_count\":");
   out_dec(&o, (uint64_t)(ac + 0.5));
-  out_str(&o, "}\n");
-  out_flush(&o);
-}
-
-/* The file name: the option's, %p replaced by the pid. */
-static bool profile_path(char *name, size_t size, const char *path, const char *suffix) {
-  char d[24];
-  size_t dn = hk_fmt_dec(d, (uint64_t)hk_os_pid()), n = 0;
-  for (const char *s = path; *s; s++) {
-    if (s[0] == '%' && s[1] == 'p') {
-      if (n + dn >= size) return false;
-      memcpy(name + n, d, dn);
-      n += dn;
-      s++;
-    } else {
-      if (n + 1 >= size) return false;
-      name[n++] = *s;
-    }
+  out_str(&o, ",\"lifetime_ms\":[");
+  for (unsigned k = 0; k < LIFETIMES - 1; k++) {
+    if (k) out_str(&o, ",");
+    out_dec(&o, LIFETIME_MS[k]);
   }
-  size_t sn = strlen(suffix);
-  if (n + sn >= size) return false;
-  memcpy(name + n, suffix, sn + 1);
-  return true;
+  /* sampled allocations by size, each bucket's samples scaled by the
+   * weight of their average size */
+  out_str(&o, "],\"sizes\":[");
+  first = true;
+  for (unsigned b = 0; b < SIZE_BUCKETS; b++) {
+    uint64_t n = size_samples[b][0], bytes = size_samples[b][1];
+    if (n == 0) continue;
+    double k = scale(bytes / n);
+    out_str(&o, first ? "{\"min\":" : ",{\"min\":");
+    first = false;
+    out_dec(&o, (uint64_t)1 << b);
+    out_str(&o, ",\"samples\":");
+    out_dec(&o, n);
+    out_str(&o, ",\"alloc_count\":");
+    out_dec(&o, (uint64_t)(k * (double)n + 0.5));
+    out_str(&o, ",\"alloc_bytes\":");
+    out_dec(&o, (uint64_t)(k * (double)bytes + 0.5));
+    out_str(&o, "}");
+  }
+  out_str(&o, "]}\n");
+  out_flush(&o);
 }
 
 int hk_profile_dump(const char *path) {
@@ -652,7 +697,7 @@ int hk_profile_dump(const char *path) {
   }
   char name[1100];
   if (path == NULL) path = hk_opt.profile_file;
-  if (!profile_path(name, sizeof name, path, "")) {
+  if (!hk_fmt_path(name, sizeof name, path, "")) {
     errno = ENAMETOOLONG;
     return -1;
   }
@@ -797,6 +842,7 @@ void hk_profile_load(void) {
     return;
   }
   if (hk_opt.profile_signal > 0) hk_os_on_signal((int)hk_opt.profile_signal, on_signal);
+  start_ms = hk_os_now_ms();
   hk_profile_on = true;
   hk_tls_arm(); /* (this thread's budget: now to its first sample) */
 }

@@ -23,12 +23,6 @@ static _Atomic int started;  /* 0: no thread (also in a fork child), 1: started 
 static _Atomic int idle;     /* the thread is (about to be) waiting for work */
 static int work;             /* purger_lock */
 
-static void nap_ms(long ms) {
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-}
-
 /* The pass and its test (pressure.c), given at initialisation: the purger
  * sits below the tiers it purges and knows none of them. */
 static void (*purge_pass)(void);
@@ -47,7 +41,7 @@ static void *purger_main(void *arg) {
   long period = hk_opt.purge_delay_ms / 2;
   if (period < 10) period = 10;
   for (;;) {
-    nap_ms(period);
+    hk_os_sleep_ms(period);
     purge_pass();
     /* Go idle only if nothing is left; a release racing with this either
      * shows up in pending() or sees idle == 1 and signals. */

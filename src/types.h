@@ -387,6 +387,8 @@ typedef struct hk_options {
   long profile_rate;      /* HAKMEM_PROFILE_RATE */
   long profile_signal;    /* HAKMEM_PROFILE_SIGNAL */
   const char *profile_file; /* HAKMEM_PROFILE_FILE */
+  long timeline_ms;       /* HAKMEM_TIMELINE_MS */
+  const char *timeline_file; /* HAKMEM_TIMELINE_FILE (NULL: no timeline) */
 } hk_options;
 
 /* ---- statistics (stats.c) ---- */
