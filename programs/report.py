@@ -8,7 +8,8 @@ usage: report.py --hakmem LIB [-o report.html] [--rate BYTES] [--interval MS]
 
 The program runs with libhakmem.so preloaded, HAKMEM_PROFILE=1 (a sample
 every --rate bytes, 524288 by default), HAKMEM_TIMELINE_FILE (RSS, live and
-mapped bytes every --interval ms) and HAKMEM_STATS=json, each process
+mapped bytes every --interval ms, and a profile at each new peak of the
+live bytes) and HAKMEM_STATS=json, each process
 writing files of its own (%p: its pid), so a program that forks or execs
 gets one section per process. The stacks are symbolised with addr2line
 (binutils). The page embeds its data and its script: it opens offline.
@@ -95,8 +96,9 @@ def frame_name(fr, names):
     return fn, loc, obj
 
 
-def build_process(profile, timeline, stats, cwd):
-    """One process's data for the page: frames are interned."""
+def build_process(profile, timeline, stats, cwd, peak=None):
+    """One process's data for the page: frames are interned, and the stacks
+    of the profile at the peak (if any) merged into the exit profile's."""
     proc = {"pid": None, "program": "?", "timeline": None, "profile": None, "stats": stats}
     if timeline is not None:
         head, rows = timeline
@@ -106,13 +108,16 @@ def build_process(profile, timeline, stats, cwd):
     if stats is not None:
         proc["pid"] = proc["pid"] or stats.get("pid")
         proc["program"] = stats.get("program", proc["program"])
+    if profile is None:
+        profile, peak = peak, None
     if profile is not None:
         proc["pid"] = profile.get("pid", proc["pid"])
         proc["program"] = profile.get("program", proc["program"])
-        frames = [fr for st in profile.get("stacks", []) for fr in st.get("frames", [])]
-        names = symbolise(frames, cwd)
-        table, index, stacks = [], {}, []
-        for st in profile.get("stacks", []):
+        raw = profile.get("stacks", []) + (peak.get("stacks", []) if peak else [])
+        names = symbolise([fr for st in raw for fr in st.get("frames", [])], cwd)
+        table, index, stacks, by_frames = [], {}, [], {}
+
+        def intern(st):
             ids = []
             for fr in st.get("frames", []):
                 key = frame_name(fr, names)
@@ -120,13 +125,32 @@ def build_process(profile, timeline, stats, cwd):
                     index[key] = len(table)
                     table.append({"fn": key[0], "loc": key[1], "obj": key[2]})
                 ids.append(index[key])
-            stacks.append({"frames": ids, "live_bytes": st.get("live_bytes", 0), "live_count": st.get("live_count", 0),
-                           "alloc_bytes": st.get("alloc_bytes", 0), "alloc_count": st.get("alloc_count", 0),
-                           "samples": st.get("samples", 0), "samples_live": st.get("samples_live", 0),
-                           "freed": st.get("samples_freed", [0, 0, 0]),
-                           "freed_remote": st.get("samples_freed_remote", 0)})
+            return ids
+
+        for st in profile.get("stacks", []):
+            ids = intern(st)
+            stack = {"frames": ids, "live_bytes": st.get("live_bytes", 0), "live_count": st.get("live_count", 0),
+                     "alloc_bytes": st.get("alloc_bytes", 0), "alloc_count": st.get("alloc_count", 0),
+                     "samples": st.get("samples", 0), "samples_live": st.get("samples_live", 0),
+                     "freed": st.get("samples_freed", [0, 0, 0]), "freed_remote": st.get("samples_freed_remote", 0),
+                     "peak_bytes": 0, "peak_count": 0}
+            stacks.append(stack)
+            by_frames[tuple(ids)] = stack
+        for st in (peak or {}).get("stacks", []):
+            ids = tuple(intern(st))
+            stack = by_frames.get(ids)
+            if stack is None:  # (a stack whose samples the exit profile no longer has: none, normally)
+                stack = {"frames": list(ids), "live_bytes": 0, "live_count": 0, "alloc_bytes": 0, "alloc_count": 0,
+                         "samples": 0, "samples_live": 0, "freed": [0, 0, 0], "freed_remote": 0,
+                         "peak_bytes": 0, "peak_count": 0}
+                stacks.append(stack)
+                by_frames[ids] = stack
+            stack["peak_bytes"] += st.get("live_bytes", 0)
+            stack["peak_count"] += st.get("live_count", 0)
         proc["profile"] = {k: profile.get(k) for k in ("rate", "uptime_ms", "live_bytes", "live_count", "alloc_bytes",
                                                        "alloc_count", "lifetime_ms", "sizes")}
+        if peak:
+            proc["profile"]["peak"] = {"uptime_ms": peak.get("uptime_ms"), "live_bytes": peak.get("live_bytes", 0)}
         proc["profile"]["frames"] = table
         proc["profile"]["stacks"] = stacks
     return proc
@@ -146,7 +170,8 @@ def collect(d, cwd):
         tl = os.path.join(d, "timeline.%d" % pid)
         procs.append(build_process(load_json(os.path.join(d, "profile.%d.heap.json" % pid)),
                                    load_timeline(tl) if os.path.exists(tl) else None,
-                                   load_json(os.path.join(d, "stats.%d.json" % pid)), cwd))
+                                   load_json(os.path.join(d, "stats.%d.json" % pid)), cwd,
+                                   load_json(os.path.join(d, "profile.%d.heap.peak.json" % pid))))
     return procs
 
 
@@ -180,7 +205,8 @@ def main():
             sys.exit("hakmem report: %s: not a hakmem profile (JSON)" % a.from_)
         tl = load_timeline(a.timeline) if a.timeline else None
         meta["command"] = "--from " + a.from_
-        procs = [build_process(profile, tl, None, os.getcwd())]
+        peak = load_json(re.sub(r"\.json$", ".peak.json", a.from_)) if a.from_.endswith(".json") else None
+        procs = [build_process(profile, tl, None, os.getcwd(), peak)]
         write_page(a.output, meta, procs)
         print("hakmem report: wrote %s" % a.output, file=sys.stderr)
         return 0

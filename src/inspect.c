@@ -349,8 +349,9 @@ __attribute__((destructor)) static void stats_at_exit(void) {
  * A thread of its own appends a line every HAKMEM_TIMELINE_MS: the
  * milliseconds since the timeline started, RSS, live bytes and mapped
  * bytes, from the same walk as hak_stats_get (the allocator's own figures:
- * no ptrace). The first line is a JSON header naming the process; the last
- * is written at exit. A forked child starts a timeline of its own (the
+ * no ptrace), and with the heap profiler on, a profile at each new peak of
+ * the live bytes (hk_profile_peak). The first line is a JSON header naming
+ * the process; the last is written at exit. A forked child starts a timeline of its own (the
  * name's %p is its pid); an exec'd program, from its own start-up. */
 static int timeline_fd = -1;
 static uint64_t timeline_t0_us;
@@ -369,6 +370,7 @@ static void timeline_line(void) {
   }
   line[n++] = '\n';
   hk_os_write(timeline_fd, line, n);
+  hk_profile_peak(v[2]);
 }
 
 static void *timeline_main(void *arg) {

@@ -347,6 +347,7 @@ bool hk_profile_large(void *p, size_t size);        /* sample the large block p 
 void hk_profile_forget(void *p);   /* the sampled block p is freed: it leaves the profile */
 void hk_profile_poll(void);        /* write the profile if the signal asked for it */
 int hk_profile_dump(const char *path);
+void hk_profile_peak(uint64_t live_bytes); /* the timeline's live bytes: a new peak writes a profile */
 void hk_profile_fork_prepare(void);
 void hk_profile_fork_parent(void);
 void hk_profile_fork_child(void);

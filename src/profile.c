@@ -581,12 +581,24 @@ static void write_pprof(int fd, const live_tally *t) {
   hk_os_copy_file("/proc/self/maps", fd);
 }
 
+/* The object holding the code at pc, and the name of the function there
+ * when its symbol table has it (NULL: none). A binary stripped down to its
+ * dynamic symbols has no entry for its static functions: the nearest symbol
+ * below pc names the function only if pc lies within that symbol's size. */
+static bool frame_info(uintptr_t pc, Dl_info *info) {
+  const ElfW(Sym) *sym = NULL;
+  if (dladdr1((void *)(pc - 1), info, (void **)&sym, RTLD_DL_SYMENT) == 0) return false;
+  if (info->dli_sname != NULL && (sym == NULL || pc - 1 - (uintptr_t)info->dli_saddr >= sym->st_size))
+    info->dli_sname = NULL;
+  return true;
+}
+
 static void write_frame_json(out *o, uintptr_t pc) {
   out_str(o, "{\"pc\":\"");
   out_hex(o, pc);
   out_str(o, "\"");
   Dl_info info;
-  if (dladdr((void *)(pc - 1), &info) != 0) {
+  if (frame_info(pc, &info)) {
     if (info.dli_fname != NULL) {
       out_str(o, ",\"object\":\"");
       out_json_str(o, info.dli_fname);
@@ -690,6 +702,20 @@ static void write_json(int fd, const live_tally *t) {
   out_flush(&o);
 }
 
+/* The profile at the heap's peak (docs/REPORT.md): the timeline passes
+ * the live bytes of each of its lines, and a peak 10 % above the last one
+ * written (and above 1 MiB) writes HAKMEM_PROFILE_FILE with ".peak"
+ * added. */
+static _Atomic uint64_t peak_written;
+
+void hk_profile_peak(uint64_t live) {
+  char name[1100];
+  uint64_t last = hk_load_relaxed(&peak_written);
+  if (!hk_profile_on || live < ((uint64_t)1 << 20) || live < last + last / 10) return;
+  hk_store_relaxed(&peak_written, live);
+  if (hk_fmt_path(name, sizeof name, hk_opt.profile_file, ".peak")) hk_profile_dump(name);
+}
+
 int hk_profile_dump(const char *path) {
   if (!hk_profile_on) {
     errno = ENOSYS;
@@ -756,7 +782,7 @@ static void leak_report(void) {
     for (uint32_t f = 0; f < s->depth && f < 6; f++) {
       Dl_info info;
       out_str(&o, f ? " < " : " ");
-      if (dladdr((void *)(s->pc[f] - 1), &info) != 0 && info.dli_sname != NULL) {
+      if (frame_info(s->pc[f], &info) && info.dli_sname != NULL) {
         out_str(&o, info.dli_sname);
       } else {
         out_hex(&o, s->pc[f]);
@@ -862,6 +888,7 @@ void hk_profile_fork_parent(void) {
   hk_unlock(&profile_lock);
 }
 void hk_profile_fork_child(void) {
+  hk_store_relaxed(&peak_written, 0); /* (the child's own peak, written under its own pid) */
   pthread_mutex_init(&profile_lock, NULL);
   for (unsigned k = 0; k < SHARDS; k++) pthread_mutex_init(&shards[k].lock, NULL);
 }
