@@ -125,7 +125,7 @@ static void collect(void) {
   s->mapped_bytes = mapped + large;
   s->resident_bytes = (uint64_t)hk_os_current_rss_kb() << 10;
   s->peak_resident_bytes = (uint64_t)hk_os_peak_rss_kb() << 10;
-  s->threads_started = LOAD(heaps_created);
+  s->threads_started = LOAD(heaps_created) - LOAD(sample_heaps);
   s->threads_exited = LOAD(threads_exited);
   hk_heap_stats mine = {0};
   if (hk_tls_heap != &hk_heap_empty) mine = hk_tls_heap->stats;

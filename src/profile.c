@@ -57,9 +57,15 @@ typedef struct prof_sample {
   uint64_t when;  /* hk_os_now_ms() at the allocation */
 } prof_sample;
 
-/* profile_lock: adding stacks, the sample heaps' pool, writing the profile
+/* profile_lock: adding stacks, the sample heaps' pool, the tally of a profile
  * (first in the order, then the shards' locks by index) */
 static pthread_mutex_t profile_lock = PTHREAD_MUTEX_INITIALIZER;
+/* dump_lock: one profile or leak report written at a time (the tally and
+ * the objects' table); taken before profile_lock, and the only lock of the
+ * profiler held while the writers call into the loader (dladdr,
+ * dl_iterate_phdr), whose lock a sampled malloc inside dlopen holds when
+ * it takes profile_lock */
+static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
 static prof_stack *stacks;   /* 0..nstacks-1 in order of appearance, and at STACKS_MAX
                                 those that found the table full; an entry is written
                                 (under profile_lock) before its slot is published */
@@ -275,7 +281,10 @@ static uint32_t stack_index(const uintptr_t *pc, uint32_t n) {
 
 /* The stack after i in the tables' order: 0..nstacks-1, then STACKS_MAX
  * (the stacks that found the table full), then past it. */
-static uint32_t next_stack(uint32_t i) { return i + 1 < nstacks ? i + 1 : i < STACKS_MAX ? STACKS_MAX : STACKS_MAX + 1; }
+static uint32_t tally_stacks; /* dump_lock: nstacks when the tally was made */
+static uint32_t next_stack(uint32_t i) {
+  return i + 1 < tally_stacks ? i + 1 : i < STACKS_MAX ? STACKS_MAX : STACKS_MAX + 1;
+}
 
 /* ---- live samples ---- */
 
@@ -384,19 +393,20 @@ static void record_sample(uintptr_t addr, size_t size) {
 }
 
 static hk_heap *sample_heaps_free; /* profile_lock: sample heaps of exited threads, by pool_next */
-static _Atomic bool self_found;     /* lib_start and lib_end are known (set under profile_lock) */
+static _Atomic bool self_found;     /* lib_start and lib_end are known */
 static int find_self(struct dl_phdr_info *info, size_t size, void *arg);
 
 /* This library's code, found at the first sample (not at start:
  * dl_iterate_phdr takes the loader's lock). */
 static void find_self_once(void) {
+  static pthread_mutex_t self_lock = PTHREAD_MUTEX_INITIALIZER; /* (a leaf: the loader's taken inside) */
   if (atomic_load_explicit(&self_found, memory_order_acquire)) return;
-  hk_lock(&profile_lock);
+  hk_lock(&self_lock);
   if (!atomic_load_explicit(&self_found, memory_order_relaxed)) {
     dl_iterate_phdr(find_self, (void *)(uintptr_t)&hk_profile_init);
     atomic_store_explicit(&self_found, true, memory_order_release);
   }
-  hk_unlock(&profile_lock);
+  hk_unlock(&self_lock);
 }
 
 /* A sample heap for this thread: one an exited thread left, or a new one.
@@ -411,6 +421,7 @@ static hk_heap *sample_heap_take(void) {
   if (h == NULL) return NULL;
   hk_store_relaxed(&h->tid, 0); /* no thread's own heap: never reaped */
   h->samples_only = 1;
+  hk_stat_add(sample_heaps, 1);
   return h;
 }
 
@@ -518,14 +529,18 @@ static double scale(uint64_t size) {
   return 1 / (1 - e);
 }
 
-/* Per stack: the live samples' count and bytes, raw. Under profile_lock.
- * Uses the stacks' pad field as a mark. */
+/* Per stack: the live samples' count and bytes, raw, for the stacks
+ * 0..nstacks-1 at this time (tally_stacks; the stacks before it stay as
+ * they are: the writers read them after profile_lock is let go). Under
+ * dump_lock; takes profile_lock and the shards' locks. */
 typedef struct live_tally { uint64_t count, bytes; double est_count, est_bytes; } live_tally;
 
 static live_tally *live_by_stack(void) {
   static live_tally *t;
   if (t == NULL) t = hk_os_map_aligned((STACKS_MAX + 1) * sizeof *t, 4096);
   if (t == NULL) return NULL;
+  hk_lock(&profile_lock);
+  tally_stacks = nstacks;
   memset(t, 0, nstacks * sizeof *t);
   memset(&t[STACKS_MAX], 0, sizeof *t);
   for (unsigned k = 0; k < SHARDS; k++) {
@@ -543,8 +558,18 @@ static live_tally *live_by_stack(void) {
     }
     hk_unlock(&sh->lock);
   }
+  hk_unlock(&profile_lock);
   return t;
 }
+
+/* The tally at the heap's peak (docs/REPORT.md): the timeline passes the
+ * live bytes of each of its lines (hk_profile_peak), and a peak 10 % above
+ * the last one kept (and above 1 MiB) keeps the tally of that moment,
+ * written at exit beside the profile (".peak"). Under dump_lock. */
+static live_tally *peak_tally;
+static uint32_t peak_stacks;
+static uint64_t peak_ms;
+static _Atomic uint64_t peak_live; /* its live bytes (by the timeline's walk); 0: none kept */
 
 /* The heap profile in the text format of gperftools' heap profiler,
  * "heap_v2" (what google-pprof reads; it scales the raw counts itself):
@@ -593,30 +618,61 @@ static bool frame_info(uintptr_t pc, Dl_info *info) {
   return true;
 }
 
-static void write_frame_json(out *o, uintptr_t pc) {
+/* The loaded objects' code, for a profile's frames: found once per
+ * profile (dladdr finds a frame's function by a scan of its object's
+ * symbols, too slow for every frame of a profile written at each peak).
+ * Under dump_lock. */
+#define OBJECTS_MAX 512
+typedef struct code_range {
+  uintptr_t start, end, base;
+  const char *name; /* as dladdr names the object */
+} code_range;
+static code_range objects[OBJECTS_MAX];
+static unsigned nobjects;
+
+static int add_object(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size, (void)arg;
+  for (int i = 0; i < info->dlpi_phnum && nobjects < OBJECTS_MAX; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+    Dl_info d;
+    if (dladdr((void *)start, &d) == 0 || d.dli_fname == NULL) continue;
+    objects[nobjects++] = (code_range){start, start + ph->p_memsz, info->dlpi_addr, d.dli_fname};
+  }
+  return 0;
+}
+
+static const code_range *object_of(uintptr_t pc) {
+  for (unsigned i = 0; i < nobjects; i++)
+    if (pc - 1 >= objects[i].start && pc - 1 < objects[i].end) return &objects[i];
+  return NULL;
+}
+
+/* A frame: its object and offset, and with `names` the function's name. */
+static void write_frame_json(out *o, uintptr_t pc, bool names) {
   out_str(o, "{\"pc\":\"");
   out_hex(o, pc);
   out_str(o, "\"");
+  const code_range *r = object_of(pc);
+  if (r != NULL) {
+    out_str(o, ",\"object\":\"");
+    out_json_str(o, r->name);
+    out_str(o, "\",\"offset\":");
+    out_dec(o, pc - r->base);
+  }
   Dl_info info;
-  if (frame_info(pc, &info)) {
-    if (info.dli_fname != NULL) {
-      out_str(o, ",\"object\":\"");
-      out_json_str(o, info.dli_fname);
-      out_str(o, "\",\"offset\":");
-      out_dec(o, pc - (uintptr_t)info.dli_fbase);
-    }
-    if (info.dli_sname != NULL) {
-      out_str(o, ",\"function\":\"");
-      out_json_str(o, info.dli_sname);
-      out_str(o, "\"");
-    }
+  if (names && r != NULL && frame_info(pc, &info) && info.dli_sname != NULL) {
+    out_str(o, ",\"function\":\"");
+    out_json_str(o, info.dli_sname);
+    out_str(o, "\"");
   }
   out_str(o, "}");
 }
 
 /* The same as JSON (docs/PROFILE.md): estimates and raw samples per stack,
  * frames with their object, offset and (exported) function name. */
-static void write_json(int fd, const live_tally *t) {
+static void write_json(int fd, const live_tally *t, bool names, uint64_t uptime_ms) {
   out o = {.fd = fd};
   double lb = 0, lc = 0, ab = 0, ac = 0;
   for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) lb += t[i].est_bytes, lc += t[i].est_count;
@@ -626,7 +682,7 @@ static void write_json(int fd, const live_tally *t) {
   out_str(&o, ",\"program\":\"");
   out_json_str(&o, program_invocation_short_name != NULL ? program_invocation_short_name : "");
   out_str(&o, "\",\"uptime_ms\":");
-  out_dec(&o, hk_os_now_ms() - start_ms);
+  out_dec(&o, uptime_ms);
   out_str(&o, ",\"rate\":");
   out_dec(&o, (uint64_t)hk_opt.profile_rate);
   out_str(&o, ",\"live_bytes\":");
@@ -666,7 +722,7 @@ static void write_json(int fd, const live_tally *t) {
     out_str(&o, ",\"frames\":[");
     for (uint32_t f = 0; f < s->depth; f++) {
       if (f) out_str(&o, ",");
-      write_frame_json(&o, s->pc[f]);
+      write_frame_json(&o, s->pc[f], names);
     }
     out_str(&o, "]}");
   }
@@ -702,33 +758,34 @@ static void write_json(int fd, const live_tally *t) {
   out_flush(&o);
 }
 
-/* The profile at the heap's peak (docs/REPORT.md): the timeline passes
- * the live bytes of each of its lines, and a peak 10 % above the last one
- * written (and above 1 MiB) writes HAKMEM_PROFILE_FILE with ".peak"
- * added. */
-static _Atomic uint64_t peak_written;
-
-void hk_profile_peak(uint64_t live) {
-  char name[1100];
-  uint64_t last = hk_load_relaxed(&peak_written);
-  if (!hk_profile_on || live < ((uint64_t)1 << 20) || live < last + last / 10) return;
-  hk_store_relaxed(&peak_written, live);
-  if (hk_fmt_path(name, sizeof name, hk_opt.profile_file, ".peak")) hk_profile_dump(name);
-}
-
-int hk_profile_dump(const char *path) {
+/* The profile into path's files (with suffix); `names`: with the frames'
+ * function names; `wait`: for another profile being written (else -1,
+ * EBUSY); `peak`: the tally kept at the peak rather than the live samples. */
+static int dump(const char *path, const char *suffix, bool names, bool wait, bool peak) {
   if (!hk_profile_on) {
     errno = ENOSYS;
     return -1;
   }
   char name[1100];
   if (path == NULL) path = hk_opt.profile_file;
-  if (!hk_fmt_path(name, sizeof name, path, "")) {
+  if (!hk_fmt_path(name, sizeof name, path, suffix)) {
     errno = ENAMETOOLONG;
     return -1;
   }
-  hk_lock(&profile_lock);
+  if (!wait && pthread_mutex_trylock(&dump_lock) != 0) {
+    errno = EBUSY;
+    return -1;
+  }
+  if (wait) hk_lock(&dump_lock);
+  uint64_t uptime = hk_os_now_ms() - start_ms;
   const live_tally *t = live_by_stack();
+  if (peak) { /* (the stacks beyond the peak's appeared since: none of them live then) */
+    memset(peak_tally + peak_stacks, 0, (tally_stacks - peak_stacks) * sizeof *t);
+    t = peak_tally;
+    uptime = peak_ms - start_ms;
+  }
+  nobjects = 0;
+  dl_iterate_phdr(add_object, NULL); /* (no lock of the profiler's held: the loader's may be taken) */
   int rc = -1;
   if (t == NULL) errno = ENOMEM;
   int fd = t != NULL ? hk_os_create(name) : -1;
@@ -739,22 +796,40 @@ int hk_profile_dump(const char *path) {
     memcpy(name + n, ".json", 6);
     fd = hk_os_create(name);
     if (fd >= 0) {
-      write_json(fd, t);
+      write_json(fd, t, names, uptime);
       hk_os_close(fd);
       rc = 0;
     }
   }
-  hk_unlock(&profile_lock);
+  hk_unlock(&dump_lock);
   return rc;
+}
+
+int hk_profile_dump(const char *path) { return dump(path, "", true, true, false); }
+
+void hk_profile_peak(uint64_t live) {
+  uint64_t last = hk_load_relaxed(&peak_live);
+  if (!hk_profile_on || live < ((uint64_t)1 << 20) || live < last + last / 10) return;
+  hk_lock(&dump_lock);
+  if (peak_tally == NULL) peak_tally = hk_os_map_aligned((STACKS_MAX + 1) * sizeof *peak_tally, 4096);
+  const live_tally *t = peak_tally != NULL ? live_by_stack() : NULL;
+  if (t != NULL) {
+    memcpy(peak_tally, t, tally_stacks * sizeof *t);
+    peak_tally[STACKS_MAX] = t[STACKS_MAX];
+    peak_stacks = tally_stacks;
+    peak_ms = hk_os_now_ms();
+    hk_store_relaxed(&peak_live, live);
+  }
+  hk_unlock(&dump_lock);
 }
 
 /* The leak report at exit: the stacks holding the most live bytes
  * (estimates), to stderr. */
 static void leak_report(void) {
-  hk_lock(&profile_lock);
+  hk_lock(&dump_lock);
   live_tally *t = live_by_stack();
   if (t == NULL) {
-    hk_unlock(&profile_lock);
+    hk_unlock(&dump_lock);
     return;
   }
   double total = 0;
@@ -792,7 +867,7 @@ static void leak_report(void) {
     t[best].est_bytes = 0;
   }
   out_flush(&o);
-  hk_unlock(&profile_lock);
+  hk_unlock(&dump_lock);
 }
 
 /* ---- start, signal, exit ---- */
@@ -828,7 +903,11 @@ static void on_signal(int sig) {
 void hk_profile_poll(void) {
   if (dump_asked && hk_profile_on) {
     dump_asked = 0;
-    hk_profile_dump(NULL);
+    /* (without waiting: this malloc may be the loader's, which holds the
+     * lock a profile being written may be waiting for) */
+    int saved = errno; /* (malloc's caller sees its own) */
+    if (dump(NULL, "", true, false, false) != 0 && errno == EBUSY) dump_asked = 1;
+    errno = saved;
   }
 }
 
@@ -876,19 +955,23 @@ void hk_profile_load(void) {
 __attribute__((destructor)) static void profile_at_exit(void) {
   if (!hk_profile_on) return;
   hk_profile_dump(NULL);
+  if (hk_load_relaxed(&peak_live) != 0) dump(NULL, ".peak", false, true, true);
   leak_report();
 }
 
 void hk_profile_fork_prepare(void) {
+  hk_lock(&dump_lock);
   hk_lock(&profile_lock);
   for (unsigned k = 0; k < SHARDS; k++) hk_lock(&shards[k].lock);
 }
 void hk_profile_fork_parent(void) {
   for (unsigned k = 0; k < SHARDS; k++) hk_unlock(&shards[k].lock);
   hk_unlock(&profile_lock);
+  hk_unlock(&dump_lock);
 }
 void hk_profile_fork_child(void) {
-  hk_store_relaxed(&peak_written, 0); /* (the child's own peak, written under its own pid) */
+  hk_store_relaxed(&peak_live, 0); /* (the child's own peak, written under its own pid) */
   pthread_mutex_init(&profile_lock, NULL);
+  pthread_mutex_init(&dump_lock, NULL);
   for (unsigned k = 0; k < SHARDS; k++) pthread_mutex_init(&shards[k].lock, NULL);
 }

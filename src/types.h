@@ -402,6 +402,7 @@ typedef struct hk_stats {
   _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
   _Atomic uint64_t large_unmaps, large_remaps;
   _Atomic uint64_t heaps_created, threads_exited, heaps_reaped;
+  _Atomic uint64_t sample_heaps; /* of heaps_created: the heap profiler's (profile.c), no thread's */
   _Atomic uint64_t blocks_purged, block_purge_bytes, slabs_lent;
   _Atomic uint64_t spans_deferred;     /* spans given back while their list's lock was taken (region.c) */
 } hk_stats_t;
