@@ -29,6 +29,7 @@ check "--version prints 'hakmem $VERSION'" [ "$out" = "hakmem $VERSION" ]
 check "--help exits 0" [ "$rc" -eq 0 ]
 check "--help mentions run and bench" grep -q "hakmem run" "$tmp/help"
 grep -q "hakmem bench" "$tmp/help" || bad "--help mentions bench"
+grep -q "hakmem report" "$tmp/help" || bad "--help mentions report"
 
 "$HAKMEM" run -- true; rc=$?
 check "run -- true exits 0" [ "$rc" -eq 0 ]

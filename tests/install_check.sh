@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs the build into a temporary prefix and checks that a program can
 # use hakmem through pkg-config and through CMake's find_package, and that
-# both report the project's version.
+# both report the project's version, and that the installed `hakmem report`
+# works.
 #   sh tests/install_check.sh [VERSION]
 # VERSION defaults to the one in CMakeLists.txt's project().
 set -eu
@@ -55,4 +56,9 @@ cmake --build "$tmp/proj/build" >/dev/null
 out=$("$tmp/proj/build/via_cmake")
 echo "find_package: $out"
 case "$out" in "$version ok usable="*) ;; *) echo "FAIL: find_package build printed '$out'"; exit 1;; esac
+# the installed `hakmem report` finds its generator, its page and the library
+"$tmp/prefix/bin/hakmem" report -o "$tmp/r.html" -- true 2>"$tmp/report.err" ||
+  { cat "$tmp/report.err"; echo "FAIL: the installed hakmem report"; exit 1; }
+grep -q '"processes":\[{' "$tmp/r.html" || { echo "FAIL: the installed report's page has no process"; exit 1; }
+echo "hakmem report: $(tail -n 1 "$tmp/report.err")"
 echo "install check passed"
