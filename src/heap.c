@@ -12,6 +12,7 @@
 #include <string.h>
 
 static hk_heap *heap_pool;                 /* recycled heaps (hk_heap_lock) */
+static hk_heap *sample_pool;               /* sample heaps of exited threads (hk_heap_lock, profile.c) */
 static char *heap_chunk, *heap_chunk_end;  /* bump area for new heaps (hk_heap_lock) */
 static uint32_t heaps_carved;              /* hk_heap_lock */
 
@@ -38,6 +39,22 @@ static hk_heap *heap_carve(void) {
   h->all_next = hk_all_heaps;
   hk_all_heaps = h;
   h->region_list = heaps_carved++;
+  return h;
+}
+
+/* A sample heap for the calling thread (profile.c): one an exited thread
+ * left, or a new one, which no thread owns (tid 0: never reaped). */
+hk_heap *hk_sample_heap_take(void) {
+  hk_lock(&hk_heap_lock);
+  hk_heap *h = sample_pool;
+  if (h != NULL) sample_pool = h->pool_next;
+  hk_unlock(&hk_heap_lock);
+  if (h != NULL) return h;
+  h = hk_heap_new();
+  if (h == NULL) return NULL;
+  hk_store_relaxed(&h->tid, 0);
+  h->samples_only = 1;
+  hk_stat_add(sample_heaps, 1);
   return h;
 }
 
@@ -107,13 +124,16 @@ void hk_heap_abandon(hk_heap *h) {
   }
   h->held_bytes = 0;
   memset(h->held, 0, sizeof h->held);
-  if (h->sample_heap != NULL) {
-    hk_profile_heap_release(h->sample_heap);
-    h->sample_heap = NULL;
-  }
   hk_stats_merge_heap(&h->stats);
   hk_stat_add(threads_exited, 1);
   hk_lock(&hk_heap_lock);
+  /* the thread's sample heap, whole, with its pages and their live
+   * samples, for the next thread that samples */
+  if (h->sample_heap != NULL) {
+    h->sample_heap->pool_next = sample_pool;
+    sample_pool = h->sample_heap;
+    h->sample_heap = NULL;
+  }
   h->pool_next = heap_pool;
   heap_pool = h;
   hk_unlock(&hk_heap_lock);

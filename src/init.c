@@ -50,7 +50,6 @@ void hk_init(void) {
 #endif
   if (hk_opt.profile && !hk_secure) hk_profile_load(); /* (dlopen) */
   initializing = 0;
-  hk_timeline_start(); /* (a thread: after initializing, as its calloc needs malloc) */
 }
 
 /* The fork handlers are registered once the process may have a second
@@ -71,6 +70,7 @@ void hk_init(void) {
  * library does not allocate there; a fork racing with that thread would
  * then not be covered. */
 _Atomic int hk_fork_handlers;
+void (*hk_fork_child_done)(void);
 
 void hk_fork_handlers_register(void) {
   if (atomic_exchange(&hk_fork_handlers, 1)) return;
@@ -120,5 +120,5 @@ void hk_fork_child(void) {
   hk_reclaim_fork_done();
   hk_profile_fork_child();
   hk_pressure_fork_child();
-  hk_timeline_start(); /* (every lock usable again: a thread of its own for the child) */
+  if (hk_fork_child_done != NULL) hk_fork_child_done(); /* (every lock usable again) */
 }

@@ -385,9 +385,9 @@ static void *timeline_main(void *arg) {
   return NULL;
 }
 
-/* At the end of start-up (malloc working: pthread_create allocates), and
- * in a forked child. */
-void hk_timeline_start(void) {
+/* At load, once hakmem is initialised (pthread_create allocates), and in
+ * a forked child (hk_fork_child_done). */
+static void timeline_start(void) {
   char name[1100];
   if (hk_opt.timeline_file == NULL) return;
   if (timeline_fd >= 0) hk_os_close(timeline_fd); /* (the parent's, in a forked child) */
@@ -414,6 +414,13 @@ void hk_timeline_start(void) {
   pthread_attr_setstacksize(&attr, 128u << 10);
   if (pthread_create(&tid, &attr, timeline_main, NULL) != 0) hk_warning("cannot start the timeline thread");
   pthread_attr_destroy(&attr);
+}
+
+__attribute__((constructor)) static void timeline_at_load(void) {
+  hk_init();
+  if (hk_opt.timeline_file == NULL) return;
+  hk_fork_child_done = timeline_start;
+  timeline_start();
 }
 
 __attribute__((destructor)) static void timeline_at_exit(void) {

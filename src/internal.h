@@ -342,16 +342,18 @@ void hk_profile_init(void);        /* at start-up: HAKMEM_PROFILE */
 void hk_profile_load(void);        /* then, malloc working: the unwinder; sampling starts */
 void *hk_profile_malloc(hk_heap *h, size_t size, unsigned cls); /* a sampled block of class cls from h's
                                                                  sample heap (NULL: allocate as usual) */
-void hk_profile_heap_release(hk_heap *sample_heap); /* its thread is gone: for another thread */
+hk_heap *hk_sample_heap_take(void); /* a heap for a thread's sampled blocks (heap.c) */
 bool hk_profile_large(void *p, size_t size);        /* sample the large block p (false: not sampled) */
 void hk_profile_forget(void *p);   /* the sampled block p is freed: it leaves the profile */
+extern void (*hk_sample_freed)(void *block); /* = hk_profile_forget, for remote.c (below profile.c) */
 void hk_profile_poll(void);        /* write the profile if the signal asked for it */
 int hk_profile_dump(const char *path);
 void hk_profile_peak(uint64_t live_bytes); /* the timeline's live bytes: a new peak writes a profile */
 void hk_profile_fork_prepare(void);
 void hk_profile_fork_parent(void);
 void hk_profile_fork_child(void);
-void hk_timeline_start(void);      /* HAKMEM_TIMELINE_FILE: its thread (inspect.c) */
+extern void (*hk_fork_child_done)(void); /* init.c calls it last in a forked child: set by inspect.c
+                                        (the timeline, HAKMEM_TIMELINE_FILE), above init.c */
 void hk_large_usage(size_t *mapped, size_t *cached); /* all large mappings, and the cached ones, at one time */
 size_t hk_large_live_bytes(void);                    /* bytes asked for by the live large blocks */
 

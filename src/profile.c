@@ -57,7 +57,7 @@ typedef struct prof_sample {
   uint64_t when;  /* hk_os_now_ms() at the allocation */
 } prof_sample;
 
-/* profile_lock: adding stacks, the sample heaps' pool, the tally of a profile
+/* profile_lock: adding stacks, the tally of a profile
  * (first in the order, then the shards' locks by index) */
 static pthread_mutex_t profile_lock = PTHREAD_MUTEX_INITIALIZER;
 /* dump_lock: one profile or leak report written at a time (the tally and
@@ -392,7 +392,6 @@ static void record_sample(uintptr_t addr, size_t size) {
   sample_add(addr, size, index, hk_os_now_ms());
 }
 
-static hk_heap *sample_heaps_free; /* profile_lock: sample heaps of exited threads, by pool_next */
 static _Atomic bool self_found;     /* lib_start and lib_end are known */
 static int find_self(struct dl_phdr_info *info, size_t size, void *arg);
 
@@ -409,37 +408,12 @@ static void find_self_once(void) {
   hk_unlock(&self_lock);
 }
 
-/* A sample heap for this thread: one an exited thread left, or a new one.
- * Made outside any lock (hk_heap_new may map). */
-static hk_heap *sample_heap_take(void) {
-  hk_lock(&profile_lock);
-  hk_heap *h = sample_heaps_free;
-  if (h != NULL) sample_heaps_free = h->pool_next;
-  hk_unlock(&profile_lock);
-  if (h != NULL) return h;
-  h = hk_heap_new();
-  if (h == NULL) return NULL;
-  hk_store_relaxed(&h->tid, 0); /* no thread's own heap: never reaped */
-  h->samples_only = 1;
-  hk_stat_add(sample_heaps, 1);
-  return h;
-}
-
-/* The thread that used sample heap h is gone (or its heap was reaped):
- * another thread takes h over, with its pages and their live samples. */
-void hk_profile_heap_release(hk_heap *h) {
-  hk_lock(&profile_lock);
-  h->pool_next = sample_heaps_free;
-  sample_heaps_free = h;
-  hk_unlock(&profile_lock);
-}
-
 void *hk_profile_malloc(hk_heap *h, size_t size, unsigned cls) {
   if (sampling) return NULL; /* (the unwinder allocating: the caller allocates as usual) */
   sampling = true;
   if (h->sample_heap == NULL) {
     find_self_once();
-    h->sample_heap = sample_heap_take();
+    h->sample_heap = hk_sample_heap_take();
   }
   void *p = h->sample_heap != NULL ? hk_heap_alloc(h->sample_heap, size, cls) : NULL;
   if (p != NULL) record_sample((uintptr_t)p, size);
@@ -948,6 +922,7 @@ void hk_profile_load(void) {
   }
   if (hk_opt.profile_signal > 0) hk_os_on_signal((int)hk_opt.profile_signal, on_signal);
   start_ms = hk_os_now_ms();
+  hk_sample_freed = hk_profile_forget;
   hk_profile_on = true;
   hk_tls_arm(); /* (this thread's budget: now to its first sample) */
 }

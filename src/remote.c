@@ -44,6 +44,10 @@
  * are in the second word (blocks of 16 bytes and more), XOR-ed with the
  * heap's list key. */
 #include "internal.h"
+
+/* The heap profiler's (profile.c sets it when it starts, before any block
+ * of a sample heap exists): a sampled block is freed. */
+void (*hk_sample_freed)(void *block);
 #include "fastpath.h"
 #include "secure.h"
 
@@ -364,7 +368,7 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
      * leaves the profile, and goes to its page's local list when the
      * sample heap is this thread's. */
     if (owner != NULL && owner->samples_only) {
-      hk_profile_forget(b); /* (before the block can be handed out again) */
+      hk_sample_freed(b); /* (before the block can be handed out again) */
       if (owner == self->sample_heap) {
         hk_free_local_push(owner, page, b);
         return;
