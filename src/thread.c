@@ -90,7 +90,7 @@ static void *alloc_from(hk_heap *h, size_t size, unsigned cls) {
 }
 
 /* A malloc the heap profiler samples (profile.c): a block of a size class
- * from the profiler's heap, a large block marked in its header. */
+ * from the thread's sample heap, a large block marked in its header. */
 static HK_NOINLINE void *sampled_malloc(size_t size, hk_heap *h) {
   hk_profile_poll();
   if (size > HK_MEDIUM_MAX) {
