@@ -48,8 +48,8 @@ def versions_line(meta):
     return ", ".join(f"{a} {v.get(a, '')}".strip() for a in PEERS)
 
 
-def splice(text, name, body):
-    begin = f"<!-- generated: {name} (bench/docs_results.py) -->"
+def splice(text, name, body, by="bench/docs_results.py"):
+    begin = f"<!-- generated: {name} ({by}) -->"
     end = f"<!-- end generated: {name} -->"
     pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     if not pat.search(text):
@@ -262,10 +262,15 @@ def main():
     ap.add_argument("--profiler", help="a run of hakmem against hakmem-prof (see above)")
     args = ap.parse_args()
     if args.profiler:
+        table = profiler_part(args.profiler)
         doc = os.path.join(REPO, "docs", "PROFILE.md")
-        text = splice(open(doc).read(), "profiler cost", profiler_part(args.profiler))
+        text = splice(open(doc).read(), "profiler cost", table)
         open(doc, "w").write(text)
-        print("docs_results.py: wrote", doc, "from", args.profiler)
+        # BENCHMARKS.md: the run and its geometric means
+        lines = table.splitlines()
+        text = splice(open(DOC).read(), "profiler cost summary", lines[0] + "\n\n" + lines[-1])
+        open(DOC, "w").write(text)
+        print("docs_results.py: wrote", doc, "and", DOC, "from", args.profiler)
         return
     if args.hardened:
         safety = splice(open(SAFETY).read(), "hardened cost", hardened_part(args.hardened))

@@ -55,8 +55,10 @@ for mode in 0 1 2; do
     { tail -5 "$prof/replay$mode.log"; echo "fuzz_coverage: replay failed (HAKMEM_SECURE=$mode)"; exit 1; }
   "$profdata" merge -o "$prof/mode$mode.profdata" "$prof"/mode$mode-*.profraw
 done
-# the heap profiler sampling every 4 KiB (profile.c)
-HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=4096 HAKMEM_PROFILE_FILE="$prof/heap.%p" LLVM_PROFILE_FILE="$prof/mode-profile-%4m.profraw" \
+# the heap profiler sampling every 4 KiB (profile.c), with the timeline
+# every millisecond (its thread, the peak's tally: inspect.c, profile.c)
+HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=4096 HAKMEM_PROFILE_FILE="$prof/heap.%p" HAKMEM_TIMELINE_FILE="$prof/timeline.%p" \
+  HAKMEM_TIMELINE_MS=1 LLVM_PROFILE_FILE="$prof/mode-profile-%4m.profraw" \
   "$build/tests/fuzz_replay" "$@" >"$prof/replay-profile.log" 2>&1 ||
   { tail -5 "$prof/replay-profile.log"; echo "fuzz_coverage: replay failed (HAKMEM_PROFILE=1)"; exit 1; }
 "$profdata" merge -o "$prof/mode-profile.profdata" "$prof"/mode-profile-*.profraw
