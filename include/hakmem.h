@@ -149,6 +149,14 @@ size_t hak_stats_json(char *buf, size_t size);
  * if the profiler is off, or the error of the file that failed. */
 int hak_profile_dump(const char *path);
 
+/* ---- memory limits (docs/OPTIONS.md: HAKMEM_MEMORY_LIMIT, _SOFT_LIMIT,
+ * the cgroup's memory.max and memory.high) ----
+ * Sets the function called when a soft limit is crossed, after hakmem has
+ * given back every free byte it held: in the thread whose allocation
+ * crossed it, inside that malloc, with no hakmem lock held (it may allocate
+ * and free), at most every 100 ms. NULL: none. */
+void hak_set_pressure_handler(void (*handler)(void *arg), void *arg);
+
 /* glibc's malloc_info: the free blocks of each size class and the memory
  * mapped, as XML in glibc's elements (docs/STATS.md). options must be 0. */
 int hak_malloc_info(int options, FILE *fp);

@@ -2,12 +2,12 @@
  *
  *   hakmem run [--stats] [--] PROGRAM [ARGS...]   run PROGRAM with libhakmem.so preloaded
  *   hakmem bench [--quick] [--sweep] [--only NAME] [--with NAME=PATH] [run.py options]
- *   hakmem report [-o FILE] [report.py options] -- PROGRAM [ARGS...]
+ *   hakmem report [-o FILE] [hakmem_report.py options] -- PROGRAM [ARGS...]
  *   hakmem --version | --help
  *
  * Where things are looked up:
  *  - run from the build tree (build/programs/hakmem): build/libhakmem.so,
- *    the source tree's bench/run.py, programs/report.py and build/bench/;
+ *    the source tree's bench/run.py, programs/hakmem_report.py and build/bench/;
  *  - installed (PREFIX/bin/hakmem): PREFIX/LIBDIR/libhakmem.so,
  *    PREFIX/share/hakmem/{run,report}.py and PREFIX/libexec/hakmem/ (found relative to
  *    the executable, so an installed tree can be moved), then the configured
@@ -193,7 +193,7 @@ static const char *python(void) { return access("/usr/bin/python3", X_OK) == 0 ?
 
 static int cmd_report(int argc, char **argv) {
   char script[PATH_MAX];
-  if (!find_script(script, sizeof script, "programs/report.py", "report.py", "the report generator")) return 1;
+  if (!find_script(script, sizeof script, "programs/hakmem_report.py", "hakmem_report.py", "the report generator")) return 1;
   int wants_lib = 1;
   for (int i = 0; i < argc && strcmp(argv[i], "--") != 0; i++)
     if (strcmp(argv[i], "--from") == 0 || strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) wants_lib = 0;

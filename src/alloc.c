@@ -223,4 +223,11 @@ HK_API int hak_mallopt(int param, int value) {
 
 HK_API void hak_cfree(void *p) { hk_free_fast(p); }
 
+/* The handler a crossed soft limit calls (docs/OPTIONS.md, memory limits). */
+HK_API void hak_set_pressure_handler(void (*handler)(void *arg), void *arg) {
+  hk_init();
+  hk_pressure_handler_arg = arg;
+  hk_pressure_handler = handler;
+}
+
 HK_API const char *hak_version(void) { return HK_VERSION_STRING; }

@@ -33,6 +33,7 @@ void hk_init(void) {
   check_size_classes();
   hk_options_init();
   hk_stats_init();
+  hk_limits_init();
   hk_secure = hk_opt.secure >= 1;
   /* hardened mode keeps no cache of remote-freed blocks (remote.c) */
   if (hk_secure) memset(hk_class_cache_max, 0, sizeof hk_class_cache_max);

@@ -302,6 +302,16 @@ static void print_text(int fd, const hk_usage *u, const struct hak_stats *s) {
   line(fd, "heaps of exited threads reaped", LOAD(heaps_reaped), NULL);
   line(fd, "peak RSS", s->peak_resident_bytes >> 10, "KiB");
   line(fd, "current RSS", s->resident_bytes >> 10, "KiB");
+  uint64_t hard, soft;
+  hk_limits_get(&hard, &soft);
+  if (hard != 0 || soft != 0) {
+    say(fd, "hakmem: memory limits (0: none)\n");
+    line(fd, "hard limit", hard, "B");
+    line(fd, "soft limit", soft, "B");
+    line(fd, "held now (regions and large mappings)", hk_limit_held(), "B");
+    line(fd, "mappings refused", LOAD(limit_refusals), NULL);
+    line(fd, "soft-limit releases", LOAD(soft_limit_passes), NULL);
+  }
   say(fd, "hakmem: options\n");
   hk_options_print(fd);
 }

@@ -59,6 +59,9 @@ void hk_os_write(int fd, const char *s, size_t n);
 int hk_os_open_locked(const char *path); /* for writing, created if need be, with an exclusive flock held
                                             by this process (-1: another one holds it, or no such file) */
 int hk_os_create(const char *path);      /* for writing, created or truncated (-1: failed) */
+long hk_os_read_file(const char *path, char *buf, size_t size); /* NUL-terminated; -1: not readable */
+int hk_os_open_read(const char *path);
+uint64_t hk_os_read_number(int fd);      /* a cgroup file's number; UINT64_MAX: "max" or unreadable */
 void hk_os_truncate(int fd);             /* to empty, writing from the start */
 void hk_os_close(int fd);
 void hk_os_copy_file(const char *path, int fd);  /* path's contents written to fd */
@@ -352,6 +355,16 @@ void hk_profile_peak(uint64_t live_bytes); /* the timeline's live bytes: a new p
 void hk_profile_fork_prepare(void);
 void hk_profile_fork_parent(void);
 void hk_profile_fork_child(void);
+/* ---- memory limits (limits.c) ---- */
+void hk_limits_init(void);
+bool hk_limit_allows(size_t more);    /* may hakmem map `more` bytes? (a soft limit crossed: noted) */
+uint64_t hk_limit_held(void);         /* bytes hakmem holds: regions and large mappings */
+void hk_limits_get(uint64_t *hard, uint64_t *soft);
+extern _Atomic bool hk_limit_soft_crossed;
+void hk_pressure_soft(void);          /* a soft limit was crossed: give back, call the handler (pressure.c) */
+extern void (*hk_pressure_handler)(void *arg);
+extern void *hk_pressure_handler_arg;
+
 extern void (*hk_fork_child_done)(void); /* init.c calls it last in a forked child: set by inspect.c
                                         (the timeline, HAKMEM_TIMELINE_FILE), above init.c */
 void hk_large_usage(size_t *mapped, size_t *cached); /* all large mappings, and the cached ones, at one time */

@@ -341,6 +341,7 @@ static hk_region *remap_large(hk_region *r, size_t old, size_t want) {
 /* A fresh mapping for a large block, its header filled in; NULL when out of
  * memory even after giving back what the caches hold. */
 static hk_region *map_large(size_t need, size_t align) {
+  if (!hk_limit_allows(need)) return NULL; /* (a memory limit: limits.c) */
   hk_space_check(false);
   hk_region *r = hk_os_map_aligned(need, align);
   if (r != NULL && !hk_region_map_prepare(r)) {
@@ -440,7 +441,8 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
   if (grow) {
     /* out of the ownership map while it moves (see hk_large_realloc) */
     hk_region_unregister(r);
-    hk_region *n = !hk_secure || lift_tail_guards(r) ? remap_large(r, old, want) : NULL;
+    /* (a memory limit refusing the growth: given back, the caller maps afresh) */
+    hk_region *n = hk_limit_allows(want - old) && (!hk_secure || lift_tail_guards(r)) ? remap_large(r, old, want) : NULL;
     size_t gone = old; /* (the bytes to unmap when it fails) */
     if (n != NULL && !hk_region_map_prepare(n)) { /* no leaf for its new place */
       r = n;
@@ -628,6 +630,7 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   }
   if (r->user_offset != LARGE_HEAD) return NULL; /* (see cache_take) */
   size_t want = need + HK_GUARD;
+  if (!hk_limit_allows(want - old)) return NULL; /* (a memory limit: the caller's copy fails too) */
   hk_region_unregister(r); /* (see hk_large_realloc) */
   hk_region *n = lift_tail_guards(r) ? remap_large(r, old, want) : NULL;
   hk_region_register(n != NULL ? n : r);
@@ -666,6 +669,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   }
   if (r->large_detached) return NULL; /* moving would break its alignment: copy */
   size_t old = r->map_size;
+  if (!hk_limit_allows(need - old)) return NULL; /* (the caller's copy asks again, and fails) */
   /* Out of the ownership map before the move: once moved, the old address
    * is free, and another thread's new mapping there registers itself;
    * unregistering after the move would clear that mapping's bit, and its

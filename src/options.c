@@ -56,6 +56,10 @@ static option_desc options[] = {
    NULL},
   {"PROFILE_SIGNAL", &hk_opt.profile_signal, 12, 0, 64, "signal that writes the heap profile (12: SIGUSR2; 0: none)",
    NULL},
+  {"MEMORY_LIMIT", &hk_opt.memory_limit, 0, 0, 1L << 60,
+   "bytes hakmem may hold (regions, large mappings): beyond, malloc returns NULL (ENOMEM); 0: none", NULL},
+  {"MEMORY_SOFT_LIMIT", &hk_opt.memory_soft_limit, 0, 0, 1L << 60,
+   "crossing it gives back every free byte at once and calls hak_set_pressure_handler's handler; 0: none", NULL},
   {"TIMELINE_MS", &hk_opt.timeline_ms, 10, 1, 60000,
    "milliseconds between two lines of HAKMEM_TIMELINE_FILE", NULL},
   {"REGION_LISTS", &hk_opt.region_lists, 0, 0, HK_REGION_LISTS_MAX,
@@ -70,6 +74,16 @@ static bool parse_long(const char *s, long *out) {
   while (*s >= '0' && *s <= '9') {
     if (v > (1L << 50)) return false;
     v = v * 10 + (*s++ - '0');
+  }
+  /* sizes: K, M, G or T (powers of 1024) */
+  static const char units[] = "KMGT";
+  const char *u = *s != 0 && s[1] == 0 ? strchr(units, *s) : NULL;
+  if (u != NULL) {
+    for (long k = 0; k <= u - units; k++) {
+      if (v > (1L << 52)) return false;
+      v *= 1024;
+    }
+    s++;
   }
   if (*s != 0) return false;
   *out = neg ? -v : v;
@@ -88,7 +102,7 @@ static bool parse_word(const option_desc *o, const char *s, long *out) {
 
 /* Options whose value is text, kept in a buffer of their own (the
  * environment's strings may change under a running program). */
-static char stats_file[1024], profile_file[1024], timeline_file[1024];
+static char stats_file[1024], profile_file[1024], timeline_file[1024], cgroup_dir[1024];
 typedef struct text_option_desc {
   const char *name;
   char *buf;
@@ -100,6 +114,8 @@ static const text_option_desc text_options[] = {
    "where HAKMEM_STATS writes (default stderr); %p: the pid; a second process's name gets .PID"},
   {"PROFILE_FILE", profile_file, sizeof profile_file,
    "where the heap profile goes (default hakmem.%p.heap, and .json beside it); %p: the pid"},
+  {"CGROUP_DIR", cgroup_dir, sizeof cgroup_dir,
+   "the cgroup whose memory limits apply (default: the process's own; none: no cgroup)"},
   {"TIMELINE_FILE", timeline_file, sizeof timeline_file,
    "a line every HAKMEM_TIMELINE_MS here: RSS, live and mapped bytes (docs/REPORT.md); %p: the pid"},
 };
@@ -190,6 +206,7 @@ void hk_options_init(void) {
   hk_opt.stats_file = stats_file[0] ? stats_file : NULL;
   hk_opt.profile_file = profile_file[0] ? profile_file : "hakmem.%p.heap";
   hk_opt.timeline_file = timeline_file[0] ? timeline_file : NULL;
+  hk_opt.cgroup_dir = cgroup_dir[0] ? cgroup_dir : NULL;
   hk_verbose = hk_opt.verbose != 0;
 }
 

@@ -265,6 +265,34 @@ size_t hk_os_current_rss_kb(void) {
   return pages * ((size_t)sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/* A file's first bytes, NUL-terminated (-1: not readable). */
+long hk_os_read_file(const char *path, char *buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, size - 1);
+  close(fd);
+  if (n < 0) return -1;
+  buf[n] = 0;
+  return n;
+}
+
+int hk_os_open_read(const char *path) { return open(path, O_RDONLY | O_CLOEXEC); }
+
+/* The number at the start of an open file (a cgroup's memory.current):
+ * UINT64_MAX for "max", for a value of 2^62 or more, and when unreadable. */
+uint64_t hk_os_read_number(int fd) {
+  char buf[32];
+  ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
+  if (n <= 0 || buf[0] < '0' || buf[0] > '9') return UINT64_MAX;
+  buf[n] = 0;
+  uint64_t v = 0;
+  for (const char *s = buf; *s >= '0' && *s <= '9'; s++) {
+    if (v >= (uint64_t)1 << 58) return UINT64_MAX;
+    v = v * 10 + (uint64_t)(*s - '0');
+  }
+  return v;
+}
+
 void hk_os_write_stderr(const char *s, size_t n) { hk_os_write(2, s, n); }
 
 void hk_os_write(int fd, const char *s, size_t n) {

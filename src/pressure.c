@@ -34,6 +34,28 @@ void hk_pressure_release(size_t need) {
   if (hk_os_space_limited(need)) hk_arena_shrink();
 }
 
+/* ---- soft limits (limits.c) ---- */
+void (*hk_pressure_handler)(void *arg); /* hak_set_pressure_handler's */
+void *hk_pressure_handler_arg;
+
+/* A soft limit was crossed (hk_limit_soft_crossed): everything free goes
+ * back now, and the program's handler runs, at most every 100 ms. Called
+ * by the malloc slow path with no lock held: the handler may allocate. */
+void hk_pressure_soft(void) {
+  static _Atomic uint64_t next_ms;
+  uint64_t now = hk_os_now_ms(), next = hk_load_relaxed(&next_ms);
+  hk_store_relaxed(&hk_limit_soft_crossed, false);
+  if (now < next || !atomic_compare_exchange_strong(&next_ms, &next, now + 100)) return;
+  int saved = errno;
+  hk_heap *h = hk_tls_heap;
+  if (h != &hk_heap_empty) hk_heap_collect(h, true);
+  release_cached();
+  hk_stat_add(soft_limit_passes, 1);
+  void (*fn)(void *) = hk_pressure_handler;
+  if (fn != NULL) fn(hk_pressure_handler_arg);
+  errno = saved;
+}
+
 int hk_pressure_trim(void) {
   int saved = errno;
   hk_heap *h = hk_tls_heap;

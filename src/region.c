@@ -211,6 +211,7 @@ static bool commit_slot(hk_region *slot) {
  * record and the slot are taken, outside their locks: two threads that grow
  * at once do not wait for each other's commit. */
 static hk_region_info *region_new(region_list *l) {
+  if (!hk_limit_allows(HK_REGION_SIZE)) return NULL; /* (a memory limit: limits.c) */
   hk_region_info *info = info_take();
   if (info == NULL) return NULL;
   hk_region *slot = hk_arena_take();

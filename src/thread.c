@@ -68,6 +68,7 @@ void *hk_alloc_large(size_t size, size_t align, bool zero) {
     hk_pressure_release(size + align);
     p = hk_large_alloc(size, align, zero);
   }
+  if (HK_UNLIKELY(hk_load_relaxed(&hk_limit_soft_crossed))) hk_pressure_soft();
   return p;
 }
 
@@ -86,6 +87,7 @@ static void *alloc_from(hk_heap *h, size_t size, unsigned cls) {
   if (h != NULL) hk_debug_heap(h, (++checks & 255) == 0); /* every page's list every 256th time */
 #endif
   hk_purger_poke(); /* (no allocator lock held here) */
+  if (HK_UNLIKELY(hk_load_relaxed(&hk_limit_soft_crossed))) hk_pressure_soft();
   return p;
 }
 

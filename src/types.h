@@ -388,6 +388,9 @@ typedef struct hk_options {
   long profile_signal;    /* HAKMEM_PROFILE_SIGNAL */
   const char *profile_file; /* HAKMEM_PROFILE_FILE */
   long timeline_ms;       /* HAKMEM_TIMELINE_MS */
+  long memory_limit;      /* HAKMEM_MEMORY_LIMIT (0: none) */
+  long memory_soft_limit; /* HAKMEM_MEMORY_SOFT_LIMIT (0: none) */
+  const char *cgroup_dir; /* HAKMEM_CGROUP_DIR (NULL: the process's own) */
   const char *timeline_file; /* HAKMEM_TIMELINE_FILE (NULL: no timeline) */
 } hk_options;
 
@@ -403,6 +406,7 @@ typedef struct hk_stats {
   _Atomic uint64_t large_unmaps, large_remaps;
   _Atomic uint64_t heaps_created, threads_exited, heaps_reaped;
   _Atomic uint64_t sample_heaps; /* of heaps_created: the heap profiler's (profile.c), no thread's */
+  _Atomic uint64_t limit_refusals, soft_limit_passes; /* limits.c: mappings refused; soft-limit releases */
   _Atomic uint64_t blocks_purged, block_purge_bytes, slabs_lent;
   _Atomic uint64_t spans_deferred;     /* spans given back while their list's lock was taken (region.c) */
 } hk_stats_t;

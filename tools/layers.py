@@ -19,7 +19,7 @@ LAYERS = [
     ["os.c"],                                                      # every system call
     ["error.c"],
     ["options.c", "keys.c"],                                       # settings; the secret and derived keys
-    ["stats.c", "purger.c"],                                       # counters; the purger thread
+    ["stats.c", "purger.c", "limits.c"],                           # counters; the purger thread; memory limits
     ["sizeclass.c", "arena.c"],                                    # geometry, address space
     ["region.c"],                                                  # slab spans
     ["page.c", "secure.c"],                                        # one page's blocks

@@ -2,9 +2,9 @@
 """hakmem report: run a program under hakmem's heap profiler and timeline,
 and write one self-contained HTML page (docs/REPORT.md).
 
-usage: report.py --hakmem LIB [-o report.html] [--rate BYTES] [--interval MS]
+usage: hakmem_report.py --hakmem LIB [-o report.html] [--rate BYTES] [--interval MS]
                  [--keep DIR] -- PROGRAM [ARGS...]
-       report.py --from PROFILE.json [--timeline FILE] [-o report.html]
+       hakmem_report.py --from PROFILE.json [--timeline FILE] [-o report.html]
 
 The program runs with libhakmem.so preloaded, HAKMEM_PROFILE=1 (a sample
 every --rate bytes, 524288 by default), HAKMEM_TIMELINE_FILE (RSS, live and
@@ -176,7 +176,7 @@ def collect(d, cwd):
 
 
 def write_page(out, meta, procs):
-    with open(os.path.join(HERE, "report.html")) as f:
+    with open(os.path.join(HERE, "hakmem_report.html")) as f:
         page = f.read()
     data = json.dumps({"meta": meta, "processes": procs}, separators=(",", ":"))
     data = data.replace("</", "<\\/")  # (no "</script>" inside the script)

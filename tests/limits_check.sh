@@ -1,0 +1,48 @@
+#!/bin/bash
+# Memory limits (docs/OPTIONS.md): HAKMEM_MEMORY_LIMIT, HAKMEM_MEMORY_SOFT_LIMIT,
+# a simulated cgroup (HAKMEM_CGROUP_DIR: files this test writes), and a
+# real cgroup where this machine lets the test make one (v2, or v1's memory
+# hierarchy): a program that fills memory in a cgroup limited to 128 MiB
+# gets NULL from malloc instead of being killed by the OOM killer.
+# Usage: limits_check.sh TEST_LIMITS
+set -eu
+prog=$1
+dir=$(mktemp -d)
+cg=""
+cleanup() {
+  [ -n "$cg" ] && rmdir "$cg" 2>/dev/null
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+HAKMEM_MEMORY_LIMIT=64M "$prog" hard
+HAKMEM_MEMORY_SOFT_LIMIT=16M "$prog" soft
+mkdir "$dir/cg"
+echo $((1 << 30)) >"$dir/cg/memory.max"
+echo $((200 << 20)) >"$dir/cg/memory.high"
+echo 0 >"$dir/cg/memory.current"
+HAKMEM_CGROUP_DIR="$dir/cg" "$prog" cgroup
+
+# a real cgroup: a child of this process's own
+own2=$(sed -n 's/^0:://p' /proc/self/cgroup)
+own1=$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}memory\(,[^:]*\)\{0,1\}:\(.*\)$/\3/p' /proc/self/cgroup)
+limit=$((128 << 20))
+if [ -n "$own2" ] && [ -w "/sys/fs/cgroup$own2" ] && grep -qw memory "/sys/fs/cgroup$own2/cgroup.controllers" 2>/dev/null &&
+   mkdir "/sys/fs/cgroup$own2/hakmem-test-$$" 2>/dev/null; then
+  cg="/sys/fs/cgroup$own2/hakmem-test-$$"
+  echo "$limit" >"$cg/memory.max" || { echo "limits_check: cannot set $cg/memory.max: real cgroup skipped"; exit 0; }
+elif [ -n "$own1" ] && mkdir "/sys/fs/cgroup/memory$own1/hakmem-test-$$" 2>/dev/null; then
+  cg="/sys/fs/cgroup/memory$own1/hakmem-test-$$"
+  echo "$limit" >"$cg/memory.limit_in_bytes" || { echo "limits_check: cannot set $cg's limit: real cgroup skipped"; exit 0; }
+else
+  echo "limits_check: no cgroup can be made here: the real cgroup's check skipped (the simulated one ran)"
+  exit 0
+fi
+set +e
+sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" fill' sh "$cg" "$prog" >"$dir/fill.out" 2>&1
+rc=$?
+set -e
+cat "$dir/fill.out"
+[ "$rc" -eq 0 ] || { echo "FAIL: the program in a cgroup of 128 MiB ended with status $rc (137: the OOM killer)"; exit 1; }
+grep -q "MiB written before NULL" "$dir/fill.out" || { echo "FAIL: no NULL in the cgroup"; exit 1; }
+echo "limits_check: OK (real cgroup $cg)"
