@@ -157,6 +157,20 @@ int hak_profile_dump(const char *path);
  * and free), at most every 100 ms. NULL: none. */
 void hak_set_pressure_handler(void (*handler)(void *arg), void *arg);
 
+/* ---- control at run time (docs/OPTIONS.md, "At run time") ----
+ * An option's value, by its name with or without HAKMEM_ ("PURGE_DELAY_MS").
+ * Returns 0, or -1 with errno ENOENT (no such numeric option). */
+int hak_option_get(const char *name, long *value);
+/* Changes an option that can change while the program runs (the purge
+ * delay, the large-block cache's sizes, the regions kept, the memory
+ * limits, the timeline's interval). Returns 0, or -1 with errno ENOENT,
+ * EPERM (fixed at start-up) or EINVAL (outside its range). */
+int hak_option_set(const char *name, long value);
+/* Gives memory back now: level 0, what has been free for a purge delay (as
+ * the purger's next pass would); 1, everything free hakmem holds (as
+ * malloc_trim). Returns the bytes of RSS the process gave back. */
+size_t hak_release(int level);
+
 /* glibc's malloc_info: the free blocks of each size class and the memory
  * mapped, as XML in glibc's elements (docs/STATS.md). options must be 0. */
 int hak_malloc_info(int options, FILE *fp);

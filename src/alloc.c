@@ -213,12 +213,53 @@ HK_API int hak_malloc_trim(size_t pad) {
   return hk_pressure_trim();
 }
 
-/* mallopt: hakmem is configured through HAKMEM_* variables; every request is
- * accepted and has no effect, like glibc's answer for a known parameter. */
+/* mallopt (docs/OPTIONS.md, "At run time"): glibc's parameters that have
+ * a meaning here change the option they mean; those that name something
+ * hakmem does not have (arenas, fastbins, a heap top) are accepted with no
+ * effect, as glibc accepts them; those hakmem cannot honour fail (0). */
 HK_API int hak_mallopt(int param, int value) {
-  (void)param;
-  (void)value;
-  return 1;
+  hk_init();
+  switch (param) {
+  case -1: /* M_TRIM_THRESHOLD: free bytes kept before giving back: empty regions kept per list */
+    return value >= 0 && hk_option_set("REGION_RESERVE", ((long)value + HK_REGION_SIZE - 1) / HK_REGION_SIZE) == 0;
+  case -3: /* M_MMAP_THRESHOLD: blocks above 1 MiB have mappings of their own, and a cache of them */
+  case 1:  /* M_MXFAST */
+  case -2: /* M_TOP_PAD */
+  case -5: /* M_CHECK_ACTION: hakmem's errors always abort */
+  case -7: /* M_ARENA_TEST */
+  case -8: /* M_ARENA_MAX: a heap per thread, no arenas */
+    return 1;
+  case -4: /* M_MMAP_MAX: 0 (no mappings of their own) cannot be had */
+    return value != 0;
+  default: /* M_PERTURB (-6) and the unknown */
+    return 0;
+  }
+}
+
+/* Options at run time (docs/OPTIONS.md): 0, or -1 and errno. */
+HK_API int hak_option_get(const char *name, long *value) {
+  hk_init();
+  int err = value != NULL ? hk_option_get(name, value) : EINVAL;
+  if (err != 0) errno = err;
+  return err != 0 ? -1 : 0;
+}
+
+HK_API int hak_option_set(const char *name, long value) {
+  hk_init();
+  int err = hk_option_set(name, value);
+  if (err != 0) errno = err;
+  return err != 0 ? -1 : 0;
+}
+
+/* Memory back to the system now: 0, what has waited a purge delay; 1,
+ * everything free (malloc_trim). The RSS given back, in bytes. */
+HK_API size_t hak_release(int level) {
+  hk_init();
+  size_t before = hk_os_current_rss_kb();
+  if (level <= 0) hk_pressure_purge_pass();
+  else hk_pressure_trim();
+  size_t after = hk_os_current_rss_kb();
+  return before > after ? (before - after) << 10 : 0;
 }
 
 HK_API void hak_cfree(void *p) { hk_free_fast(p); }

@@ -365,7 +365,9 @@ void hk_pressure_soft(void);          /* a soft limit was crossed: give back, ca
 extern void (*hk_pressure_handler)(void *arg);
 extern void *hk_pressure_handler_arg;
 
-extern void (*hk_fork_child_done)(void); /* init.c calls it last in a forked child: set by inspect.c
+extern void (*hk_fork_child_done)(void);
+int hk_option_get(const char *name, long *value); /* 0 or an errno (options.c) */
+int hk_option_set(const char *name, long value); /* init.c calls it last in a forked child: set by inspect.c
                                         (the timeline, HAKMEM_TIMELINE_FILE), above init.c */
 void hk_large_usage(size_t *mapped, size_t *cached); /* all large mappings, and the cached ones, at one time */
 size_t hk_large_live_bytes(void);                    /* bytes asked for by the live large blocks */

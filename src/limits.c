@@ -26,7 +26,7 @@
 static int fd_current = -1, fd_max = -1, fd_high = -1; /* the cgroup's files (-1: none) */
 static _Atomic uint64_t cg_max = UINT64_MAX, cg_high = UINT64_MAX; /* UINT64_MAX: no limit */
 static _Atomic uint64_t cg_read_ms;   /* when they were last read */
-static bool limits_on;                /* an option or a cgroup: the checks run */
+static bool cgroup_on;                /* a cgroup's files are open */
 _Atomic bool hk_limit_soft_crossed;   /* a soft limit was crossed: the slow path gives back (thread.c) */
 
 /* What hakmem holds: its regions and large mappings. */
@@ -118,13 +118,14 @@ void hk_limits_init(void) {
   const char *dir = hk_opt.cgroup_dir;
   bool cgroup = dir == NULL ? find_cgroup() : strcmp(dir, "none") != 0 && open_cgroup(dir);
   if (cgroup) read_cgroup(hk_os_now_ms());
-  limits_on = cgroup || hk_opt.memory_limit != 0 || hk_opt.memory_soft_limit != 0;
+  cgroup_on = cgroup;
 }
 
 /* May hakmem map `more` bytes? False when a hard limit would be crossed;
  * a soft one crossed is noted for the slow path. */
 bool hk_limit_allows(size_t more) {
-  if (!limits_on) return true;
+  /* (the options are read each time: hak_option_set may set them) */
+  if (!cgroup_on && hk_opt.memory_limit == 0 && hk_opt.memory_soft_limit == 0) return true;
   uint64_t now = hk_os_now_ms(), last = hk_load_relaxed(&cg_read_ms);
   if (fd_max >= 0 && now >= last + 1000 && atomic_compare_exchange_strong(&cg_read_ms, &last, now))
     read_cgroup(now);

@@ -12,6 +12,7 @@
 bool hk_secure;      /* HAKMEM_SECURE >= 1 (hk_init sets both from hk_opt.secure) */
 bool hk_secure_zero; /* HAKMEM_SECURE == 2 */
 
+#include <errno.h>
 #include <string.h>
 #include <sys/auxv.h>
 
@@ -25,45 +26,47 @@ hk_options hk_opt;
 
 typedef struct option_desc {
   const char *name;   /* without the HAKMEM_ prefix */
-  long *value;
+  hk_option *value;
   long def, min, max;
   const char *doc;
   const char *const *words; /* names the values min.. may also be given by (NULL: numbers only) */
+  bool live;          /* hak_option_set may change it while the program runs: every reader
+                         reads it anew */
 } option_desc;
 
 static const char *const stats_words[] = {"off", "text", "json", NULL};
 
 static option_desc options[] = {
   {"STATS", &hk_opt.stats, 0, 0, 2, "statistics at exit: 1 or text: counters and RSS; 2 or json: as JSON",
-   stats_words},
+   stats_words, false},
   {"PURGE_DELAY_MS", &hk_opt.purge_delay_ms, 100, 0, 1000000,
-   "how long a free slab stays committed before it is returned with MADV_DONTNEED", NULL},
+   "how long a free slab stays committed before it is returned with MADV_DONTNEED", NULL, true},
   {"REGION_RESERVE", &hk_opt.region_reserve, 2, 0, 1024,
-   "empty 4 MiB regions kept mapped (purged) per region list instead of unmapped", NULL},
+   "empty 4 MiB regions kept mapped (purged) per region list instead of unmapped", NULL, true},
   {"LARGE_CACHE_MB", &hk_opt.large_cache_mb, 64, 0, 1 << 20,
-   "bytes of freed large blocks kept mapped for reuse", NULL},
+   "bytes of freed large blocks kept mapped for reuse", NULL, true},
   {"LARGE_CACHE_ENTRIES", &hk_opt.large_cache_max, 256, 0, 512,
-   "number of freed large blocks kept for reuse", NULL},
-  {"VERBOSE", &hk_opt.verbose, 0, 0, 1, "print warnings (e.g. failed munmap) to stderr", NULL},
+   "number of freed large blocks kept for reuse", NULL, true},
+  {"VERBOSE", &hk_opt.verbose, 0, 0, 1, "print warnings (e.g. failed munmap) to stderr", NULL, false},
   {"SECURE", &hk_opt.secure, HAKMEM_SECURE_DEFAULT, 0, 2,
-   "hardened mode: 1 guard pages, randomised order, canaries; 2 also zero-on-free", NULL},
+   "hardened mode: 1 guard pages, randomised order, canaries; 2 also zero-on-free", NULL, false},
   {"PURGE_THREAD", &hk_opt.purge_thread, 1, 0, 1,
-   "background thread that purges after the delay even if the program makes no call", NULL},
+   "background thread that purges after the delay even if the program makes no call", NULL, false},
   {"ARENA_MB", &hk_opt.arena_mb, 65536, 0, 65536,
-   "address space reserved for small regions (regions beyond it take free()'s slow path)", NULL},
-  {"PROFILE", &hk_opt.profile, 0, 0, 1, "the sampling heap profiler (docs/PROFILE.md)", NULL},
+   "address space reserved for small regions (regions beyond it take free()'s slow path)", NULL, false},
+  {"PROFILE", &hk_opt.profile, 0, 0, 1, "the sampling heap profiler (docs/PROFILE.md)", NULL, false},
   {"PROFILE_RATE", &hk_opt.profile_rate, 524288, 1, 1L << 40, "bytes allocated per heap-profile sample, on average",
-   NULL},
+   NULL, false},
   {"PROFILE_SIGNAL", &hk_opt.profile_signal, 12, 0, 64, "signal that writes the heap profile (12: SIGUSR2; 0: none)",
-   NULL},
+   NULL, false},
   {"MEMORY_LIMIT", &hk_opt.memory_limit, 0, 0, 1L << 60,
-   "bytes hakmem may hold (regions, large mappings): beyond, malloc returns NULL (ENOMEM); 0: none", NULL},
+   "bytes hakmem may hold (regions, large mappings): beyond, malloc returns NULL (ENOMEM); 0: none", NULL, true},
   {"MEMORY_SOFT_LIMIT", &hk_opt.memory_soft_limit, 0, 0, 1L << 60,
-   "crossing it gives back every free byte at once and calls hak_set_pressure_handler's handler; 0: none", NULL},
+   "crossing it gives back every free byte at once and calls hak_set_pressure_handler's handler; 0: none", NULL, true},
   {"TIMELINE_MS", &hk_opt.timeline_ms, 10, 1, 60000,
-   "milliseconds between two lines of HAKMEM_TIMELINE_FILE", NULL},
+   "milliseconds between two lines of HAKMEM_TIMELINE_FILE", NULL, true},
   {"REGION_LISTS", &hk_opt.region_lists, 0, 0, HK_REGION_LISTS_MAX,
-   "region lists of a lock each; 0: one per CPU the process may run on, 8 to 64", NULL},
+   "region lists of a lock each; 0: one per CPU the process may run on, 8 to 64", NULL, false},
 };
 
 static bool parse_long(const char *s, long *out) {
@@ -208,6 +211,33 @@ void hk_options_init(void) {
   hk_opt.timeline_file = timeline_file[0] ? timeline_file : NULL;
   hk_opt.cgroup_dir = cgroup_dir[0] ? cgroup_dir : NULL;
   hk_verbose = hk_opt.verbose != 0;
+}
+
+/* The option named `name` (with or without HAKMEM_), or NULL. */
+static option_desc *find_option(const char *name) {
+  if (strncmp(name, "HAKMEM_", 7) == 0) name += 7;
+  for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+    if (strcmp(options[i].name, name) == 0) return &options[i];
+  return NULL;
+}
+
+/* hak_option_get: 0, or ENOENT (no such numeric option). */
+int hk_option_get(const char *name, long *value) {
+  const option_desc *o = name != NULL ? find_option(name) : NULL;
+  if (o == NULL) return ENOENT;
+  *value = *o->value;
+  return 0;
+}
+
+/* hak_option_set: 0, or ENOENT, EPERM (fixed once hakmem runs: its
+ * structures are sized or chosen by it), EINVAL (out of its range). */
+int hk_option_set(const char *name, long value) {
+  option_desc *o = name != NULL ? find_option(name) : NULL;
+  if (o == NULL) return ENOENT;
+  if (!o->live) return EPERM;
+  if (value < o->min || value > o->max) return EINVAL;
+  *o->value = value;
+  return 0;
 }
 
 void hk_options_print(int fd) {

@@ -38,10 +38,9 @@ static void *purger_main(void *arg) {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, NULL); /* never take the program's signals */
-  long period = hk_opt.purge_delay_ms / 2;
-  if (period < 10) period = 10;
   for (;;) {
-    hk_os_sleep_ms(period);
+    long period = hk_opt.purge_delay_ms / 2; /* (hak_option_set may change it) */
+    hk_os_sleep_ms(period < 10 ? 10 : period);
     purge_pass();
     /* Go idle only if nothing is left; a release racing with this either
      * shows up in pending() or sees idle == 1 and signals. */

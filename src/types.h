@@ -371,25 +371,28 @@ typedef struct hk_heap {
 #define HK_GUARD 4096             /* a PROT_NONE page */
 
 /* ---- options (options.c) ---- */
+/* Numbers: atomic, as hak_option_set may change some while other threads
+ * read them (each on its own, on slow paths). */
+typedef _Atomic long hk_option;
 typedef struct hk_options {
-  long stats;             /* HAKMEM_STATS */
-  long purge_delay_ms;    /* HAKMEM_PURGE_DELAY_MS */
-  long region_reserve;    /* HAKMEM_REGION_RESERVE */
-  long large_cache_mb;    /* HAKMEM_LARGE_CACHE_MB */
-  long large_cache_max;   /* HAKMEM_LARGE_CACHE_ENTRIES */
-  long verbose;           /* HAKMEM_VERBOSE */
-  long purge_thread;      /* HAKMEM_PURGE_THREAD */
-  long secure;            /* HAKMEM_SECURE */
-  long arena_mb;          /* HAKMEM_ARENA_MB */
-  long region_lists;      /* HAKMEM_REGION_LISTS */
+  hk_option stats;             /* HAKMEM_STATS */
+  hk_option purge_delay_ms;    /* HAKMEM_PURGE_DELAY_MS */
+  hk_option region_reserve;    /* HAKMEM_REGION_RESERVE */
+  hk_option large_cache_mb;    /* HAKMEM_LARGE_CACHE_MB */
+  hk_option large_cache_max;   /* HAKMEM_LARGE_CACHE_ENTRIES */
+  hk_option verbose;           /* HAKMEM_VERBOSE */
+  hk_option purge_thread;      /* HAKMEM_PURGE_THREAD */
+  hk_option secure;            /* HAKMEM_SECURE */
+  hk_option arena_mb;          /* HAKMEM_ARENA_MB */
+  hk_option region_lists;      /* HAKMEM_REGION_LISTS */
   const char *stats_file; /* HAKMEM_STATS_FILE (NULL: stderr) */
-  long profile;           /* HAKMEM_PROFILE */
-  long profile_rate;      /* HAKMEM_PROFILE_RATE */
-  long profile_signal;    /* HAKMEM_PROFILE_SIGNAL */
+  hk_option profile;           /* HAKMEM_PROFILE */
+  hk_option profile_rate;      /* HAKMEM_PROFILE_RATE */
+  hk_option profile_signal;    /* HAKMEM_PROFILE_SIGNAL */
   const char *profile_file; /* HAKMEM_PROFILE_FILE */
-  long timeline_ms;       /* HAKMEM_TIMELINE_MS */
-  long memory_limit;      /* HAKMEM_MEMORY_LIMIT (0: none) */
-  long memory_soft_limit; /* HAKMEM_MEMORY_SOFT_LIMIT (0: none) */
+  hk_option timeline_ms;       /* HAKMEM_TIMELINE_MS */
+  hk_option memory_limit;      /* HAKMEM_MEMORY_LIMIT (0: none) */
+  hk_option memory_soft_limit; /* HAKMEM_MEMORY_SOFT_LIMIT (0: none) */
   const char *cgroup_dir; /* HAKMEM_CGROUP_DIR (NULL: the process's own) */
   const char *timeline_file; /* HAKMEM_TIMELINE_FILE (NULL: no timeline) */
 } hk_options;
