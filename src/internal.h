@@ -61,7 +61,8 @@ int hk_os_open_locked(const char *path); /* for writing, created if need be, wit
 int hk_os_create(const char *path);      /* for writing, created or truncated (-1: failed) */
 long hk_os_read_file(const char *path, char *buf, size_t size); /* NUL-terminated; -1: not readable */
 int hk_os_open_read(const char *path);
-uint64_t hk_os_read_number(int fd);      /* a cgroup file's number; UINT64_MAX: "max" or unreadable */
+uint64_t hk_os_read_number(int fd);
+void hk_os_huge(void *p, size_t size, bool on); /* MADV_HUGEPAGE / MADV_NOHUGEPAGE */      /* a cgroup file's number; UINT64_MAX: "max" or unreadable */
 void hk_os_truncate(int fd);             /* to empty, writing from the start */
 void hk_os_close(int fd);
 void hk_os_copy_file(const char *path, int fd);  /* path's contents written to fd */
@@ -359,6 +360,7 @@ void hk_profile_fork_child(void);
 void hk_limits_init(void);
 bool hk_limit_allows(size_t more);    /* may hakmem map `more` bytes? (a soft limit crossed: noted) */
 uint64_t hk_limit_held(void);         /* bytes hakmem holds: regions and large mappings */
+int hk_thp_advice(size_t size, bool region); /* HAKMEM_THP's advice for a new mapping: 1, -1 or 0 */
 void hk_limits_get(uint64_t *hard, uint64_t *soft);
 extern _Atomic bool hk_limit_soft_crossed;
 void hk_pressure_soft(void);          /* a soft limit was crossed: give back, call the handler (pressure.c) */

@@ -349,6 +349,8 @@ static hk_region *map_large(size_t need, size_t align) {
     r = NULL;
   }
   if (r == NULL) return NULL;
+  int thp = hk_thp_advice(need, false);
+  if (thp != 0) hk_os_huge(r, need, thp > 0);
   r->magic = HK_MAGIC_REGION;
   r->kind = HK_KIND_LARGE;
   r->map_size = need;

@@ -27,6 +27,7 @@ static int fd_current = -1, fd_max = -1, fd_high = -1; /* the cgroup's files (-1
 static _Atomic uint64_t cg_max = UINT64_MAX, cg_high = UINT64_MAX; /* UINT64_MAX: no limit */
 static _Atomic uint64_t cg_read_ms;   /* when they were last read */
 static bool cgroup_on;                /* a cgroup's files are open */
+static int thp_system;                /* the kernel's THP mode: 0 never, 1 madvise, 2 always */
 _Atomic bool hk_limit_soft_crossed;   /* a soft limit was crossed: the slow path gives back (thread.c) */
 
 /* What hakmem holds: its regions and large mappings. */
@@ -119,6 +120,9 @@ void hk_limits_init(void) {
   bool cgroup = dir == NULL ? find_cgroup() : strcmp(dir, "none") != 0 && open_cgroup(dir);
   if (cgroup) read_cgroup(hk_os_now_ms());
   cgroup_on = cgroup;
+  char thp[128];
+  if (hk_os_read_file("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp) > 0)
+    thp_system = strstr(thp, "[always]") ? 2 : strstr(thp, "[madvise]") ? 1 : 0;
 }
 
 /* May hakmem map `more` bytes? False when a hard limit would be crossed;
@@ -144,6 +148,25 @@ bool hk_limit_allows(size_t more) {
   if (soft || !ok) hk_store_relaxed(&hk_limit_soft_crossed, true);
   if (!ok) hk_stat_add(limit_refusals, 1);
   return ok;
+}
+
+/* Transparent huge pages for a new mapping of `size` bytes, a region or a
+ * large block (HAKMEM_THP): always, for what holds a huge page; never;
+ * auto, for large blocks of 32 MiB and more, and for regions once hakmem
+ * holds 1 GiB (a heap that size gains from fewer TLB misses more than it
+ * loses to pages half used). Refused explicitly otherwise, so that a system
+ * set to THP "always" adds no huge-page bloat to a small heap. 1: ask for
+ * them (MADV_HUGEPAGE), -1: refuse them, 0: nothing to say. */
+int hk_thp_advice(size_t size, bool region) {
+  long mode = hk_opt.thp;
+  bool want = mode == 2   ? size >= ((size_t)2 << 20)
+              : mode == 0 ? false
+              : region    ? hk_limit_held() >= ((uint64_t)1 << 30)
+                          : size >= ((size_t)32 << 20);
+  /* (advice the kernel's mode makes moot costs a system call for nothing) */
+  if (thp_system == 0) return 0;
+  if (want) return 1;
+  return thp_system == 2 ? -1 : 0;
 }
 
 /* The limits in effect, for the statistics (0: none). */

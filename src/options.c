@@ -35,6 +35,7 @@ typedef struct option_desc {
 } option_desc;
 
 static const char *const stats_words[] = {"off", "text", "json", NULL};
+static const char *const thp_words[] = {"never", "auto", "always", NULL};
 
 static option_desc options[] = {
   {"STATS", &hk_opt.stats, 0, 0, 2, "statistics at exit: 1 or text: counters and RSS; 2 or json: as JSON",
@@ -59,6 +60,9 @@ static option_desc options[] = {
    NULL, false},
   {"PROFILE_SIGNAL", &hk_opt.profile_signal, 12, 0, 64, "signal that writes the heap profile (12: SIGUSR2; 0: none)",
    NULL, false},
+  {"THP", &hk_opt.thp, 1, 0, 2,
+   "transparent huge pages: never, auto (large blocks of 32 MiB and more, regions once 1 GiB is held), always",
+   thp_words, true},
   {"MEMORY_LIMIT", &hk_opt.memory_limit, 0, 0, 1L << 60,
    "bytes hakmem may hold (regions, large mappings): beyond, malloc returns NULL (ENOMEM); 0: none", NULL, true},
   {"MEMORY_SOFT_LIMIT", &hk_opt.memory_soft_limit, 0, 0, 1L << 60,

@@ -92,6 +92,17 @@ void hk_os_unmap(void *p, size_t size) {
   if (munmap(p, size) != 0) hk_warning("munmap failed");
 }
 
+/* Transparent huge pages for [p, p + size): asked for (on) or refused
+ * (HAKMEM_THP, docs/OPTIONS.md). Advice only: a kernel without THP, or
+ * with it off, ignores it. */
+void hk_os_huge(void *p, size_t size, bool on) {
+#if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
+  madvise(p, size, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#else
+  (void)p, (void)size, (void)on;
+#endif
+}
+
 void hk_os_purge(void *p, size_t size) {
   /* MADV_DONTNEED (not MADV_FREE): the pages leave RSS immediately and read
    * back as zero. */

@@ -240,6 +240,9 @@ static hk_region_info *region_new(region_list *l) {
     }
   }
   if (hk_secure) hk_os_guard((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD); /* catches overflows into the next region */
+  /* (huge pages: slabs 1-63, of which the upper 2 MiB can be one) */
+  int thp = hk_thp_advice(HK_REGION_SIZE, true);
+  if (thp != 0) hk_os_huge((char *)r + HK_SLAB_SIZE, HK_REGION_SIZE - HK_SLAB_SIZE - (hk_secure ? HK_GUARD : 0), thp > 0);
   r = hk_region_of(r); /* in the arena, the header moves into slab 0 */
   r->magic = HK_MAGIC_REGION;
   r->kind = HK_KIND_SMALL;

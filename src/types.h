@@ -391,6 +391,7 @@ typedef struct hk_options {
   hk_option profile_signal;    /* HAKMEM_PROFILE_SIGNAL */
   const char *profile_file; /* HAKMEM_PROFILE_FILE */
   hk_option timeline_ms;       /* HAKMEM_TIMELINE_MS */
+  hk_option thp;               /* HAKMEM_THP: 0 never, 1 auto, 2 always */
   hk_option memory_limit;      /* HAKMEM_MEMORY_LIMIT (0: none) */
   hk_option memory_soft_limit; /* HAKMEM_MEMORY_SOFT_LIMIT (0: none) */
   const char *cgroup_dir; /* HAKMEM_CGROUP_DIR (NULL: the process's own) */

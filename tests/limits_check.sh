@@ -4,6 +4,8 @@
 # real cgroup where this machine lets the test make one (v2, or v1's memory
 # hierarchy): a program that fills memory in a cgroup limited to 128 MiB
 # gets NULL from malloc instead of being killed by the OOM killer.
+# And HAKMEM_THP: never gives a 64 MiB block no huge page, always some
+# (where the kernel has THP on).
 # Usage: limits_check.sh TEST_LIMITS
 set -eu
 prog=$1
@@ -22,6 +24,17 @@ echo $((1 << 30)) >"$dir/cg/memory.max"
 echo $((200 << 20)) >"$dir/cg/memory.high"
 echo 0 >"$dir/cg/memory.current"
 HAKMEM_CGROUP_DIR="$dir/cg" "$prog" cgroup
+
+# huge pages
+never=$(HAKMEM_THP=never "$prog" thp | sed -n 's/^AnonHugePages //p')
+always=$(HAKMEM_THP=always "$prog" thp | sed -n 's/^AnonHugePages //p')
+echo "limits_check: AnonHugePages of a 64 MiB block: $never KiB with HAKMEM_THP=never, $always KiB with always"
+[ "$never" = 0 ] || { echo "FAIL: huge pages with HAKMEM_THP=never"; exit 1; }
+if grep -q '\[never\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || [ ! -e /sys/kernel/mm/transparent_hugepage/enabled ]; then
+  echo "limits_check: the kernel has THP off: HAKMEM_THP=always not checked"
+else
+  [ "$always" -gt 0 ] || { echo "FAIL: no huge page with HAKMEM_THP=always"; exit 1; }
+fi
 
 # a real cgroup: a child of this process's own
 own2=$(sed -n 's/^0:://p' /proc/self/cgroup)

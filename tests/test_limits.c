@@ -13,6 +13,8 @@
  *                       second
  *   test_limits fill    blocks of 1 MiB, written, until malloc returns NULL
  *                       (in a real cgroup: NULL comes before the OOM killer)
+ *   test_limits thp     a 64 MiB block, written: prints its process's
+ *                       AnonHugePages (HAKMEM_THP decides: limits_check.sh)
  *   test_limits         without a limit, 256 MiB in blocks of 8 MiB */
 #include "api.h"
 
@@ -126,6 +128,20 @@ int main(int argc, char **argv) {
     big = malloc(128 * MiB);
     CHECK(big == NULL && errno == ENOMEM, "a lowered memory.max: 128 MiB with 220 of 256 MiB used: %p", big);
     printf("test_limits: cgroup: OK (the handler called %u times)\n", handler_calls);
+    return 0;
+  }
+  if (strcmp(mode, "thp") == 0) {
+    char *p = malloc(64 * MiB);
+    CHECK(p != NULL, "malloc(64 MiB)");
+    for (size_t i = 0; i < 64 * MiB; i += 4096) p[i] = 1;
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    CHECK(f != NULL, "/proc/self/smaps_rollup: %s", strerror(errno));
+    char line[256];
+    unsigned long kb = 0;
+    while (fgets(line, sizeof line, f) != NULL) sscanf(line, "AnonHugePages: %lu kB", &kb);
+    fclose(f);
+    printf("AnonHugePages %lu\n", kb);
+    free(p);
     return 0;
   }
   if (strcmp(mode, "fill") == 0) {
