@@ -56,9 +56,17 @@ for mode in 0 1 2; do
   "$profdata" merge -o "$prof/mode$mode.profdata" "$prof"/mode$mode-*.profraw
 done
 # the heap profiler sampling every 4 KiB (profile.c), with the timeline
-# every millisecond (its thread, the peak's tally: inspect.c, profile.c)
+# every millisecond (its thread, the peak's tally: inspect.c, profile.c),
+# huge pages always, a soft memory limit and a simulated cgroup whose
+# memory.high is passed (limits.c, pressure.c: no mapping refused, which
+# fuzz_api would take for a failure)
+mkdir -p "$prof/cgroup"
+echo $((1 << 40)) >"$prof/cgroup/memory.max"
+echo 1 >"$prof/cgroup/memory.high"
+echo $((100 << 20)) >"$prof/cgroup/memory.current"
 HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=4096 HAKMEM_PROFILE_FILE="$prof/heap.%p" HAKMEM_TIMELINE_FILE="$prof/timeline.%p" \
-  HAKMEM_TIMELINE_MS=1 LLVM_PROFILE_FILE="$prof/mode-profile-%4m.profraw" \
+  HAKMEM_TIMELINE_MS=1 HAKMEM_THP=always HAKMEM_MEMORY_SOFT_LIMIT=8M HAKMEM_CGROUP_DIR="$prof/cgroup" \
+  LLVM_PROFILE_FILE="$prof/mode-profile-%4m.profraw" \
   "$build/tests/fuzz_replay" "$@" >"$prof/replay-profile.log" 2>&1 ||
   { tail -5 "$prof/replay-profile.log"; echo "fuzz_coverage: replay failed (HAKMEM_PROFILE=1)"; exit 1; }
 "$profdata" merge -o "$prof/mode-profile.profdata" "$prof"/mode-profile-*.profraw
@@ -82,7 +90,7 @@ echo "fuzz_coverage: $(ls "$@" | wc -l) inputs; hakmem's src/*.c reached:"
 for mode in 0 1 2; do
   echo "  HAKMEM_SECURE=$mode: $(summary "$prof/mode$mode.profdata")"
 done
-echo "  HAKMEM_PROFILE=1: $(summary "$prof/mode-profile.profdata")"
+echo "  HAKMEM_PROFILE=1 (with the timeline, THP, soft limits): $(summary "$prof/mode-profile.profdata")"
 line=$(summary "$prof/all.profdata")
 [ $matrix = 1 ] &&
   echo "  the options matrix ($(tail -1 "$prof/matrix.log" | sed 's/.*: \([0-9]*\) runs.*/\1/') runs): $(summary "$prof/matrix.profdata")"
