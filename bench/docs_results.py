@@ -48,6 +48,16 @@ def versions_line(meta):
     return ", ".join(f"{a} {v.get(a, '')}".strip() for a in PEERS)
 
 
+def run_label():
+    """'DATE UTC, commit C[+dirty], N CPUs': what a table measured now names."""
+    import subprocess, time
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", REPO, "diff", "--quiet"]).returncode != 0
+    return (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}{'+dirty' if dirty else ''}, "
+            f"{os.cpu_count()} CPUs")
+
+
 def splice(text, name, body, by="bench/docs_results.py"):
     begin = f"<!-- generated: {name} ({by}) -->"
     end = f"<!-- end generated: {name} -->"

@@ -13,7 +13,7 @@ import argparse, os, shutil, statistics, subprocess, sys, tempfile, time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from docs_results import splice  # noqa: E402
+from docs_results import run_label, splice  # noqa: E402
 
 B = os.path.join(REPO, "build", "bench")
 PROGRAMS = [
@@ -63,13 +63,9 @@ def main():
                     f"{m['hakmem']:.3f} s | {m['profiling']:.3f} s ({m['profiling'] / m['hakmem']:.2f}x) |")
         print(rows[-1], flush=True)
     shutil.rmtree(tmp, ignore_errors=True)
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", REPO, "diff", "--quiet"]).returncode != 0
     body = "\n".join([
         f"`bench/profile_vs_heaptrack.py --repeats {a.repeats}`: whole-process wall time, medians of "
-        f"{a.repeats} interleaved runs; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit "
-        f"{commit}{'+dirty' if dirty else ''}, {os.cpu_count()} CPUs. heaptrack against glibc, the profiler "
+        f"{a.repeats} interleaved runs; {run_label()}. heaptrack against glibc, the profiler "
         "against hakmem without it.",
         "",
         "| program | glibc | heaptrack | hakmem | hakmem profiling |",

@@ -13,7 +13,7 @@ import argparse, os, statistics, subprocess, sys, time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from docs_results import splice  # noqa: E402
+from docs_results import run_label, splice  # noqa: E402
 
 # A dict of 6 million entries and their strings (about 1.3 GB with every
 # object from malloc), then 6 million lookups in random order.
@@ -79,13 +79,9 @@ def main():
         print(rows[-1], flush=True)
     thp = open("/sys/kernel/mm/transparent_hugepage/enabled").read().strip() \
         if os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled") else "absent"
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", REPO, "diff", "--quiet"]).returncode != 0
     body = "\n".join([
         f"`bench/thp.py --repeats {a.repeats}`: wall time and peak RSS, medians of {a.repeats} interleaved runs, "
-        f"every object through malloc (`PYTHONMALLOC=malloc`); {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-        f"commit {commit}{'+dirty' if dirty else ''}, {os.cpu_count()} CPUs, kernel THP mode `{thp}`.",
+        f"every object through malloc (`PYTHONMALLOC=malloc`); {run_label()}, kernel THP mode `{thp}`.",
         "",
         "| workload | " + " | ".join(w for w, _ in ways) + " |",
         "|---|" + "---:|" * len(ways),

@@ -7,7 +7,6 @@
 #include "internal.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -385,9 +384,6 @@ static void timeline_line(void) {
 
 static void *timeline_main(void *arg) {
   (void)arg;
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, NULL); /* never take the program's signals */
   for (;;) {
     hk_os_sleep_ms(hk_opt.timeline_ms);
     timeline_line();
@@ -417,13 +413,7 @@ static void timeline_start(void) {
   puts_(&o, ",\"columns\":[\"ms\",\"rss\",\"live\",\"mapped\"]}\n");
   if (o.len <= sizeof name) hk_os_write(timeline_fd, name, o.len);
   timeline_line();
-  pthread_attr_t attr;
-  pthread_t tid;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 128u << 10);
-  if (pthread_create(&tid, &attr, timeline_main, NULL) != 0) hk_warning("cannot start the timeline thread");
-  pthread_attr_destroy(&attr);
+  if (!hk_os_start_thread(timeline_main)) hk_warning("cannot start the timeline thread");
 }
 
 __attribute__((constructor)) static void timeline_at_load(void) {

@@ -304,6 +304,25 @@ uint64_t hk_os_read_number(int fd) {
   return v;
 }
 
+/* A thread of hakmem's own (the purger, the timeline): detached, a small
+ * stack, every signal blocked (it never takes the program's: the mask is
+ * inherited from here, then restored). pthread_create may call malloc: the
+ * caller holds no allocator lock. */
+bool hk_os_start_thread(void *(*main)(void *)) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  pthread_attr_t attr;
+  pthread_t tid;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 128u << 10);
+  bool ok = pthread_create(&tid, &attr, main, NULL) == 0;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return ok;
+}
+
 void hk_os_write_stderr(const char *s, size_t n) { hk_os_write(2, s, n); }
 
 void hk_os_write(int fd, const char *s, size_t n) {

@@ -12,8 +12,6 @@
  * when it has gone idle. The purger never allocates. */
 #include "internal.h"
 
-#include <signal.h>
-#include <time.h>
 
 __thread bool hk_purge_poke __attribute__((tls_model("initial-exec")));
 
@@ -35,9 +33,6 @@ void hk_purger_init(void (*pass)(void), bool (*pending)(void)) {
 
 static void *purger_main(void *arg) {
   (void)arg;
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, NULL); /* never take the program's signals */
   for (;;) {
     long period = hk_opt.purge_delay_ms / 2; /* (hak_option_set may change it) */
     hk_os_sleep_ms(period < 10 ? 10 : period);
@@ -77,14 +72,7 @@ void hk_purger_notify(void) {
   if (!hk_load_acquire(&started)) {
     int expect = 0;
     if (!atomic_compare_exchange_strong(&started, &expect, 1)) return;
-    pthread_attr_t attr;
-    pthread_t tid;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 128u << 10);
-    /* pthread_create may call malloc: no allocator lock is held here */
-    if (pthread_create(&tid, &attr, purger_main, NULL) != 0) hk_warning("cannot start the purger thread");
-    pthread_attr_destroy(&attr);
+    if (!hk_os_start_thread(purger_main)) hk_warning("cannot start the purger thread");
     return;
   }
   if (atomic_load(&idle)) {
