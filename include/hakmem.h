@@ -171,6 +171,37 @@ int hak_option_set(const char *name, long value);
  * malloc_trim). Returns the bytes of RSS the process gave back. */
 size_t hak_release(int level);
 
+/* ---- heaps (docs/HEAPS.md) ----
+ * A heap holds blocks apart from the rest of the program's, in memory of
+ * its own, and gives them all back at once: build a structure in it, then
+ * destroy the heap instead of freeing block by block. Any thread may
+ * allocate from a heap (calls on one heap take its lock, in turn), and any
+ * thread may free its blocks with free() or hak_free(), which take no lock.
+ * Its blocks are ordinary blocks otherwise: malloc_usable_size and realloc
+ * work on them, and realloc keeps a block in its heap.
+ * An invalid heap (destroyed, or not made by hak_heap_new) is reported. */
+typedef struct hak_heap hak_heap_t;
+
+/* A new, empty heap, or NULL with errno ENOMEM. */
+hak_heap_t *hak_heap_new(void);
+/* As malloc, calloc and realloc, the block in (or, for realloc, staying
+ * in) the heap; hak_heap_realloc's ptr must be NULL or a block of heap. */
+void *hak_heap_malloc(hak_heap_t *heap, size_t size) HAK_MALLOC_ATTR;
+void *hak_heap_calloc(hak_heap_t *heap, size_t count, size_t size) HAK_MALLOC_ATTR;
+void *hak_heap_realloc(hak_heap_t *heap, void *ptr, size_t size);
+/* Frees every block of the heap, and the heap. A later free of one of its
+ * blocks is a double free (reported while the memory is not reused). No
+ * other thread may use the heap or its blocks meanwhile. NULL: nothing. */
+void hak_heap_destroy(hak_heap_t *heap);
+/* Calls visitor(block, usable size, arg) for each live block of the heap,
+ * under the heap's lock, until the visitor returns non-zero. The visitor
+ * may read, write and free the blocks it is given; a call on the same
+ * heap from the visitor is reported. Blocks that other threads free
+ * meanwhile may or may not be visited (their memory is no longer the
+ * visitor's to read). Returns 0 (every block visited), the visitor's
+ * non-zero value, or -1 with errno ENOMEM or EINVAL (no visitor). */
+int hak_heap_visit(hak_heap_t *heap, int (*visitor)(void *block, size_t size, void *arg), void *arg);
+
 /* glibc's malloc_info: the free blocks of each size class and the memory
  * mapped, as XML in glibc's elements (docs/STATS.md). options must be 0. */
 int hak_malloc_info(int options, FILE *fp);

@@ -61,9 +61,13 @@ void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
   return hk_alloc_large(size, align, zero);
 }
 
-void *hk_realloc(void *p, size_t size) {
+void *hk_realloc(void *p, size_t size) { return hk_realloc_in(p, size, NULL); }
+
+/* realloc; heap: NULL, or the heap the program named (hak_heap_realloc),
+ * which p must belong to. */
+void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
   if (p == NULL) return hk_malloc_fast(size);
-  if (size == 0) { /* glibc: free and return NULL */
+  if (size == 0 && heap == NULL) { /* glibc: free and return NULL */
     hk_free_fast(p);
     return NULL;
   }
@@ -82,6 +86,12 @@ void *hk_realloc(void *p, size_t size) {
       hk_fatal("realloc() of a freed block", p);
   }
   size_t usable = hk_block_size(p, "realloc()"); /* also validates p */
+  hk_heap *in = hk_user_heap_of(r, p); /* a block of a heap the program made stays in it */
+  if (heap != NULL && in != heap) hk_fatal_in("hak_heap_realloc()", "a block of another heap (or of none)", p);
+  if (size == 0) {
+    hk_free_fast(p);
+    return NULL;
+  }
   /* A large block stays one down to a slab's worth (64 KiB): it shrinks in
    * place, its mapping's tail given back, and may grow again by mremap.
    * Moving it to a size class would copy it, and copy it again when it
@@ -129,7 +139,7 @@ void *hk_realloc(void *p, size_t size) {
    * would otherwise take such a span from the regions, and give it back, on
    * every growth past 64 KiB. */
   void *q = NULL;
-  hk_heap *gh = size > usable ? hk_heap_get() : NULL;
+  hk_heap *gh = size > usable && in == NULL ? hk_heap_get() : NULL;
   bool again = gh != NULL && r->kind != HK_KIND_LARGE && hk_span_block(hk_page_of(r, p));
   if (gh != NULL) {
     for (unsigned i = 0; i < HK_GROWN_RING; i++)
@@ -139,7 +149,7 @@ void *hk_realloc(void *p, size_t size) {
       }
   }
   if (again && want >= HK_SLAB_SIZE && want <= HK_MEDIUM_MAX && !hk_secure) q = hk_heap_alloc_span_block(gh, want);
-  if (q == NULL) q = hk_malloc_fast(want);
+  if (q == NULL) q = in != NULL ? hk_user_heap_alloc(in, want) : hk_malloc_fast(want);
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   if (gh != NULL) gh->grown[gh->grown_next++ % HK_GROWN_RING] = q;
   memcpy(q, p, size < usable ? size : usable);
@@ -149,6 +159,13 @@ void *hk_realloc(void *p, size_t size) {
   hk_free_fast(p);
   if (h != &hk_heap_empty) h->moving = 0;
   return q;
+}
+
+/* A block of a heap the program made resized as realloc() would (realloc
+ * keeps every block in its heap); p must be NULL or one of heap's blocks. */
+HK_API void *hak_heap_realloc(hak_heap_t *heap, void *p, size_t size) {
+  if (p == NULL) return hak_heap_malloc(heap, size);
+  return hk_realloc_in(p, size, hk_user_heap_named(heap, "hak_heap_realloc()"));
 }
 
 /* ---- the hak_ API ---- */

@@ -212,6 +212,12 @@ HK_INLINE hk_page *hk_page_of(hk_region *r, const void *p) {
 /* The carved blocks' bytes (the owner's view: capacity is its own). */
 HK_INLINE uint32_t hk_page_area(const hk_page *page) { return page->capacity * page->block_size; }
 
+/* What a block of the page holds for the program (default mode): a padded
+ * class's pad is not the program's (sizeclass.c). */
+HK_INLINE size_t hk_page_usable(const hk_page *page) {
+  return page->block_size == hk_class_block[page->cls] ? hk_class_size[page->cls] : page->block_size;
+}
+
 /* A block whose first word decodes to an address in its own region looks
  * free already (a double free, unless user data matches by construction);
  * live blocks start with 0 (malloc clears the link) or user data, which

@@ -52,9 +52,7 @@ size_t hk_block_size(const void *p, const char *who) {
   if (r->kind == HK_KIND_LARGE) {
     if (r->large_state != HK_LARGE_LIVE || (char *)p != (char *)r + r->user_offset)
       hk_fatal_in(who, "pointer that is not a live block", p);
-    /* hardened mode reports the request, as for the smaller blocks
-     * (docs/SAFETY.md); a reused cached mapping may be bigger */
-    return hk_secure ? r->user_size : hk_large_usable(r);
+    return hk_large_usable(r);
   }
   hk_page *page = hk_page_of(r, p);
   if (!hk_is_carved_block(page, a))
@@ -63,8 +61,7 @@ size_t hk_block_size(const void *p, const char *who) {
     if (!hk_secure_live(page, (hk_block *)p)) hk_fatal_in(who, "pointer to a freed block", p);
     return hk_secure_size_of(page, (hk_block *)p);
   }
-  /* a padded class's pad is not the program's (sizeclass.c) */
-  return page->block_size == hk_class_block[page->cls] ? hk_class_size[page->cls] : page->block_size;
+  return hk_page_usable(page);
 }
 
 size_t hk_usable_size(const void *p) { return p == NULL ? 0 : hk_block_size(p, "malloc_usable_size()"); }

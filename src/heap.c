@@ -53,7 +53,7 @@ hk_heap *hk_sample_heap_take(void) {
   h = hk_heap_new();
   if (h == NULL) return NULL;
   hk_store_relaxed(&h->tid, 0);
-  h->samples_only = 1;
+  h->kind = HK_HEAP_SAMPLES;
   hk_stat_add(sample_heaps, 1);
   return h;
 }
@@ -68,6 +68,7 @@ hk_heap *hk_heap_new(void) {
   memset(h->held, 0, sizeof h->held);
   for (unsigned c = 0; c < HK_NCLASSES; c++) hk_heap_set_direct(h, c, &hk_page_empty);
   hk_store_relaxed(&h->remote_hint, 0);
+  h->kind = HK_HEAP_THREAD;
   h->fresh_count = 0;
   h->searches = 0;
   hk_store_relaxed(&h->active_ms, hk_os_now_ms());
@@ -137,6 +138,57 @@ void hk_heap_abandon(hk_heap *h) {
   h->pool_next = heap_pool;
   heap_pool = h;
   hk_unlock(&hk_heap_lock);
+}
+
+/* ---- heaps the program makes (user_heap.c) ----
+ * Listed while they live, so that fork() takes their locks: a thread may
+ * be inside hak_heap_malloc when another forks, and the child must find
+ * every heap usable. */
+static pthread_mutex_t user_heaps_lock = PTHREAD_MUTEX_INITIALIZER;
+static hk_heap *user_heaps; /* user_heaps_lock */
+
+hk_heap *hk_heap_new_user(void) {
+  hk_heap *h = hk_heap_new();
+  if (h == NULL) return NULL;
+  hk_store_relaxed(&h->tid, 0); /* no thread of its own: never reaped */
+  hk_store_relaxed(&h->user_lock, 0);
+  h->large_first = NULL;
+  hk_store_relaxed(&h->visitor, (pthread_t)0);
+  h->kind = HK_HEAP_USER;
+  hk_lock(&user_heaps_lock);
+  h->user_prev = NULL;
+  h->user_next = user_heaps;
+  if (user_heaps != NULL) user_heaps->user_prev = h;
+  user_heaps = h;
+  hk_unlock(&user_heaps_lock);
+  return h;
+}
+
+/* A heap the program destroyed, its pages given back: its counters kept,
+ * the structure back to the pool. */
+void hk_heap_recycle_user(hk_heap *h) {
+  hk_lock(&user_heaps_lock);
+  if (h->user_prev != NULL) h->user_prev->user_next = h->user_next;
+  else user_heaps = h->user_next;
+  if (h->user_next != NULL) h->user_next->user_prev = h->user_prev;
+  hk_unlock(&user_heaps_lock);
+  hk_stats_merge_heap(&h->stats);
+  hk_lock(&hk_heap_lock);
+  h->pool_next = heap_pool;
+  heap_pool = h;
+  hk_unlock(&hk_heap_lock);
+}
+
+/* fork: before every other allocator lock (a heap's lock is held around
+ * calls that take the others), released after them */
+void hk_heap_fork_lock_users(void) {
+  hk_lock(&user_heaps_lock);
+  for (hk_heap *h = user_heaps; h != NULL; h = h->user_next) hk_spin_lock(&h->user_lock);
+}
+
+void hk_heap_fork_unlock_users(void) {
+  for (hk_heap *h = user_heaps; h != NULL; h = h->user_next) hk_spin_unlock(&h->user_lock);
+  hk_unlock(&user_heaps_lock);
 }
 
 /* ---- threads that allocate after their heap is gone ----

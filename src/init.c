@@ -87,6 +87,7 @@ __attribute__((constructor)) static void hk_init_at_load(void) { hk_init(); }
  * this thread holds every lock (hk_fork_holder, sync.h). */
 
 void hk_fork_prepare(void) {
+  hk_heap_fork_lock_users();
   hk_pressure_hold();
   hk_profile_fork_prepare();
   hk_reclaim_fork_prepare();
@@ -110,6 +111,7 @@ void hk_fork_parent(void) {
   hk_reclaim_fork_done();
   hk_profile_fork_parent();
   hk_pressure_unhold();
+  hk_heap_fork_unlock_users();
 }
 
 void hk_fork_child(void) {
@@ -121,5 +123,6 @@ void hk_fork_child(void) {
   hk_reclaim_fork_done();
   hk_profile_fork_child();
   hk_pressure_fork_child();
+  hk_heap_fork_unlock_users();
   if (hk_fork_child_done != NULL) hk_fork_child_done(); /* (every lock usable again) */
 }

@@ -330,6 +330,10 @@ void hk_heap_reap(void);          /* abandon the heaps whose thread has exited w
 void hk_heap_fork_lock(void);
 void hk_heap_fork_child(void);
 void hk_heap_fork_unlock(void);
+hk_heap *hk_heap_new_user(void);                  /* a heap for the program (user_heap.c); NULL: ENOMEM */
+void hk_heap_recycle_user(hk_heap *h);            /* ... destroyed, its pages given back */
+void hk_heap_fork_lock_users(void);               /* fork: the program's heaps' locks, first */
+void hk_heap_fork_unlock_users(void);
 
 /* ---- large.c ---- */
 extern pthread_mutex_t hk_large_lock;
@@ -341,6 +345,10 @@ bool hk_large_pending(void);
 size_t hk_large_usable(hk_region *r);
 hk_region *hk_large_find_detached(const void *p);
 void hk_large_set_sampled(void *p);                  /* the heap profiler sampled this large block */
+void hk_large_join_heap(void *p, hk_heap *h);        /* a new large block becomes a user heap's */
+hk_heap *hk_large_heap_of(const hk_region *r);       /* its user heap, or NULL */
+void hk_large_free_heap(hk_heap *h);                 /* free a user heap's large blocks */
+size_t hk_large_heap_blocks(hk_heap *h, void **out, size_t max); /* its live ones */
 
 /* ---- profile.c: the sampling heap profiler ---- */
 void hk_profile_init(void);        /* at start-up: HAKMEM_PROFILE */
@@ -429,11 +437,18 @@ void *hk_alloc_large(size_t size, size_t align, bool zero); /* hk_large_alloc, r
 void *hk_alloc_aligned(size_t align, size_t size, bool zero);
 void *hk_calloc(size_t n, size_t size);
 void *hk_realloc(void *p, size_t size);
+void *hk_realloc_in(void *p, size_t size, hk_heap *heap); /* heap: hak_heap_realloc's, or NULL */
 void hk_free_slow(void *p);
 size_t hk_usable_size(const void *p);
 size_t hk_block_size(const void *p, const char *who);
 hk_region *hk_region_lookup(const void *p);
 void hk_stats_report(void); /* HAKMEM_STATS's report now (malloc_stats) */
+
+/* ---- user_heap.c: heaps the program makes (hak_heap_new) ---- */
+hk_heap *hk_user_heap_of(hk_region *r, const void *p); /* a live block's heap (r: its header); NULL: a thread's */
+void *hk_user_heap_alloc(hk_heap *h, size_t size);     /* realloc's new block in the old one's heap */
+hk_heap *hk_user_heap_check(void *heap, const char *who); /* heap, reported if it is none */
+hk_heap *hk_user_heap_named(void *heap, const char *who); /* the same, without its lock */
 
 #pragma GCC visibility pop
 

@@ -220,6 +220,81 @@ hk_region *hk_large_find_detached(const void *p) {
 
 static size_t round_page(size_t n) { return (n + HK_OS_PAGE - 1) & ~(size_t)(HK_OS_PAGE - 1); }
 
+/* ---- large blocks of heaps the program made (user_heap.c) ----
+ * Such a heap lists its live large blocks through their headers
+ * (large_heap, heap_next, heap_prev), under hk_large_lock: free() takes
+ * a block off its heap's list, hak_heap_destroy frees those left, and
+ * hak_heap_visit finds them. A block that moves (mremap) leaves the list
+ * for the move. */
+static void heap_link_locked(hk_region *r, hk_heap *h) {
+  r->large_heap = h;
+  r->heap_prev = NULL;
+  r->heap_next = h->large_first;
+  if (h->large_first != NULL) h->large_first->heap_prev = r;
+  h->large_first = r;
+}
+
+static void heap_unlink_locked(hk_region *r) {
+  hk_heap *h = r->large_heap;
+  if (h == NULL) return;
+  if (r->heap_prev != NULL) r->heap_prev->heap_next = r->heap_next;
+  else h->large_first = r->heap_next;
+  if (r->heap_next != NULL) r->heap_next->heap_prev = r->heap_prev;
+  r->large_heap = NULL;
+}
+
+/* p, a large block of 16-byte alignment (its header is its 4 MiB
+ * unit's) that hk_large_alloc just returned, becomes heap h's. */
+void hk_large_join_heap(void *p, hk_heap *h) {
+  hk_region *r = hk_region_of(p);
+  hk_lock(&hk_large_lock);
+  heap_link_locked(r, h);
+  hk_unlock(&hk_large_lock);
+}
+
+/* The heap the large block of header r belongs to, NULL: none (the
+ * block is the caller's: no other thread changes it meanwhile). */
+hk_heap *hk_large_heap_of(const hk_region *r) { return r->large_heap; }
+
+/* Free every live large block of heap h (hak_heap_destroy). */
+void hk_large_free_heap(hk_heap *h) {
+  for (;;) {
+    hk_lock(&hk_large_lock);
+    hk_region *r = h->large_first;
+    hk_unlock(&hk_large_lock);
+    if (r == NULL) return;
+    hk_large_free(r, (char *)r + r->user_offset);
+  }
+}
+
+/* Heap h's live large blocks, up to max of them into out; how many it has. */
+size_t hk_large_heap_blocks(hk_heap *h, void **out, size_t max) {
+  size_t n = 0;
+  hk_lock(&hk_large_lock);
+  for (hk_region *r = h->large_first; r != NULL; r = r->heap_next, n++)
+    if (n < max) out[n] = (char *)r + r->user_offset;
+  hk_unlock(&hk_large_lock);
+  return n;
+}
+
+/* A block about to move (mremap) leaves its heap's list: its header moves
+ * with it. NULL: it has no heap. */
+static hk_heap *heap_leave(hk_region *r) {
+  hk_heap *h = r->large_heap;
+  if (h == NULL) return NULL;
+  hk_lock(&hk_large_lock);
+  heap_unlink_locked(r);
+  hk_unlock(&hk_large_lock);
+  return h;
+}
+
+static void heap_rejoin(hk_region *r, hk_heap *h) {
+  if (h == NULL) return;
+  hk_lock(&hk_large_lock);
+  heap_link_locked(r, h);
+  hk_unlock(&hk_large_lock);
+}
+
 /* Bytes of all large mappings and of those the cache holds, as one
  * snapshot: a mapping leaves both counts under hk_large_lock (victim),
  * so mallinfo2 never sees a cached block about to be unmapped as live,
@@ -553,6 +628,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   r->block_end = need - guard_tail();
   r->large_state = HK_LARGE_LIVE;
   r->large_sampled = 0;
+  r->large_heap = NULL;
   hk_add_relaxed(&live_asked, size);
   hk_stat_add(large_allocs, 1);
   char *p = (char *)r + off;
@@ -578,6 +654,7 @@ void hk_large_free(hk_region *r, void *p) {
   }
   hk_stat_add(large_frees, 1);
   hk_sub_relaxed(&live_asked, r->user_size);
+  heap_unlink_locked(r);
   if (r->large_detached) {
     hk_list_remove(&detached, r);
     hk_unlock(&hk_large_lock);
@@ -611,7 +688,9 @@ void hk_large_free(hk_region *r, void *p) {
   if (cached) hk_purger_notify_free(); /* no lock held */
 }
 
-size_t hk_large_usable(hk_region *r) { return r->block_end - r->user_offset; }
+/* Hardened mode reports the request, as for the smaller blocks
+ * (docs/SAFETY.md); a reused cached mapping may be bigger. */
+size_t hk_large_usable(hk_region *r) { return hk_secure ? r->user_size : r->block_end - r->user_offset; }
 
 static void resize_asked(hk_region *r, size_t size) {
   hk_add_relaxed(&live_asked, size - r->user_size); /* modulo 2^64 */
@@ -634,8 +713,10 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   size_t want = need + HK_GUARD;
   if (!hk_limit_allows(want - old)) return NULL; /* (a memory limit: the caller's copy fails too) */
   hk_region_unregister(r); /* (see hk_large_realloc) */
+  hk_heap *heap = heap_leave(r);
   hk_region *n = lift_tail_guards(r) ? remap_large(r, old, want) : NULL;
   hk_region_register(n != NULL ? n : r);
+  heap_rejoin(n != NULL ? n : r, heap);
   if (n == NULL) { /* still at r: its end guard back */
     hk_os_guard((char *)r + old - HK_GUARD, HK_GUARD);
     return NULL;
@@ -678,10 +759,12 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
    * block would then read as "not allocated by hakmem". The block is the
    * caller's: no other thread may look it up meanwhile. */
   hk_region_unregister(r);
+  hk_heap *heap = heap_leave(r);
   /* rounded to a cache bin, as a new mapping: room to grow further in place */
   size_t want = hk_load_relaxed(&hk_space_tight) ? need : bin_round(need);
   hk_region *n = remap_large(r, old, want);
   hk_region_register(n != NULL ? n : r);
+  heap_rejoin(n != NULL ? n : r, heap);
   if (n == NULL) return NULL;
   hk_stat_add(large_remaps, 1);
   n->map_size = want;

@@ -7,6 +7,7 @@ __thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,24 @@ uint64_t hk_os_now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* sync.h's spin lock, held by another thread: spin a while (its holders
+ * run a few dozen instructions), then give the CPU up between tries (the
+ * holder may have been preempted). */
+void hk_spin_wait(_Atomic uint32_t *l) {
+  for (unsigned i = 0;; i++) {
+    if (!hk_load_relaxed(l) && !atomic_exchange_explicit(l, 1, memory_order_acquire)) return;
+    if (i >= 100) {
+      sched_yield();
+    } else {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#elif defined(__aarch64__)
+      __asm__ volatile("yield");
+#endif
+    }
+  }
 }
 
 void hk_os_sleep_ms(long ms) {

@@ -403,7 +403,10 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
       }
       if (!park_full(h, p)) hk_page_collect(p, HK_PAGE_NORMAL), next = p; /* retry it */
     }
-    hk_page *p = hk_abandoned_adopt(h, cls);
+    /* (a heap of the profiler's or the program's holds only its own
+     * blocks: other threads' live blocks would be taken for samples, or
+     * given back with the heap) */
+    hk_page *p = h->kind == HK_HEAP_THREAD ? hk_abandoned_adopt(h, cls) : NULL;
     if (p == NULL) break;
     uncurrent(q->first);
     hk_list_push_front(q, p);

@@ -359,15 +359,17 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
       return;
     }
   } else if (self == &hk_heap_empty || hk_class_cache_max[cls] == 0 || owner == NULL || owner_idle(self, owner) ||
-             owner->samples_only) {
+             owner->kind != HK_HEAP_THREAD) {
     /* A block of an exited thread's page (no owner) goes straight back, so
      * the page can empty and be reused or given back: kept here, it would
      * pin its page for as long as this thread allocates nothing of the
      * class. A block the heap profiler sampled goes back too: reused from
      * here, it would live on as a sample after its free (profile.c); it
      * leaves the profile, and goes to its page's local list when the
-     * sample heap is this thread's. */
-    if (owner != NULL && owner->samples_only) {
+     * sample heap is this thread's. So does a block of a heap the program
+     * made: hak_heap_destroy gives back its pages, and with them every
+     * block still in them (user_heap.c). */
+    if (owner != NULL && owner->kind == HK_HEAP_SAMPLES) {
       hk_sample_freed(b); /* (before the block can be handed out again) */
       if (owner == self->sample_heap) {
         hk_free_local_push(owner, page, b);
@@ -420,7 +422,7 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
    * the class" (its maximum is 0) and hardened mode: one test for all. An
    * owner that is this thread is neither NULL nor idle. */
   if (HK_UNLIKELY(self->cache_room[cls] == 0 || self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES ||
-                  owner == NULL || owner_idle(self, owner) || owner->samples_only)) {
+                  owner == NULL || owner_idle(self, owner) || owner->kind != HK_HEAP_THREAD)) {
     if (hk_secure) hk_secure_free(b, page, self); /* (every class's room is 0 then: init.c) */
     else free_remote_other(b, page, self, owner);
     return;

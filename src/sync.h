@@ -16,6 +16,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <pthread.h>
 
 #pragma GCC visibility push(hidden)
@@ -51,6 +52,26 @@ static inline __attribute__((always_inline)) void hk_unlock(pthread_mutex_t *m) 
 }
 static inline __attribute__((always_inline)) bool hk_trylock(pthread_mutex_t *m) {
   return hk_fork_holder || pthread_mutex_trylock(m) == 0;
+}
+
+/* A spin lock: one atomic exchange to take, a store to release, for
+ * critical sections of a few dozen instructions (a heap the program made:
+ * user_heap.c), where a mutex's release costs another read-modify-write.
+ * A waiter spins a while, then yields. hk_spin_lock returns false, taking
+ * nothing, to the thread that forks while it holds every lock (as
+ * hk_lock does), and the caller then releases nothing. */
+void hk_spin_wait(_Atomic uint32_t *l);
+static inline __attribute__((always_inline)) bool hk_spin_lock(_Atomic uint32_t *l) {
+  if (__builtin_expect(!atomic_exchange_explicit(l, 1, memory_order_acquire), 1)) return true;
+  if (hk_fork_holder) return false;
+  hk_spin_wait(l);
+  return true;
+}
+static inline __attribute__((always_inline)) bool hk_spin_trylock(_Atomic uint32_t *l) {
+  return !atomic_exchange_explicit(l, 1, memory_order_acquire);
+}
+static inline __attribute__((always_inline)) void hk_spin_unlock(_Atomic uint32_t *l) {
+  atomic_store_explicit(l, 0, memory_order_release);
 }
 
 /* The initialiser of the locks that many threads take for short critical

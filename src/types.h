@@ -228,23 +228,27 @@ typedef struct hk_region {
       size_t map_size;           /* bytes mapped from the region base */
       size_t user_offset;        /* data starts at base + user_offset */
       size_t user_size;          /* bytes requested */
-      uint16_t large_state;
-      uint16_t large_guarded;    /* default mode: a guard page follows the header's page (large.c) */
-      uint16_t large_zero;       /* data is known to be zero (fresh mapping) */
-      uint16_t large_detached;   /* alignment >= 4 MiB: data is outside the header's
+      uint8_t large_state;
+      uint8_t large_guarded;     /* default mode: a guard page follows the header's page (large.c) */
+      uint8_t large_zero;        /* data is known to be zero (fresh mapping) */
+      uint8_t large_detached;    /* alignment >= 4 MiB: data is outside the header's
                                     4 MiB unit; found through a list, not the bitmap */
-      uint16_t large_sampled;    /* live, and sampled by the heap profiler (profile.c) */
+      uint8_t large_sampled;     /* live, and sampled by the heap profiler (profile.c) */
       size_t cached_resident;    /* in the cache: data bytes still committed (0 once purged) */
       size_t block_end;          /* live: the block's usable bytes end at base + block_end; a
                                     mapping reused whole keeps its tail beyond for a larger block */
       _Atomic uint64_t *block_map; /* hardened mode, small regions: the block map (secure.h),
                                     mapped apart */
+      /* live large blocks of a heap the program made (user_heap.c): that
+       * heap, and its list of them (hk_large_lock) */
+      struct hk_heap *large_heap;
+      struct hk_region *heap_next, *heap_prev;
     };
   };
 } hk_region;
 
 _Static_assert(sizeof(hk_page) <= HK_LARGE_HEADER, "a large block's header (slot 0) must fit in its 4 KiB");
-_Static_assert(offsetof(hk_region, block_map) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
+_Static_assert(offsetof(hk_region, heap_prev) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
 
 /* ---- the arena, its page table and the ownership map (arena.c) ---- */
 #define HK_ARENA_SLABS ((uintptr_t)1 << 20)        /* slabs in the arena: 64 GiB */
@@ -334,8 +338,9 @@ typedef struct hk_heap {
    * free reads active_ms, which shared a line with counters and queue heads
    * that the owner writes */
   _Alignas(64) _Atomic uint64_t active_ms; /* when the owner last looked for a page, to 16 searches */
-  uint32_t samples_only;          /* a sample heap: its blocks are the heap profiler's samples, and
-                                     a free sends them back to their page, never to a cache */
+  uint32_t kind;                  /* HK_HEAP_THREAD, or a heap no thread owns whose blocks a
+                                     free sends back to their page, never to a cache: the
+                                     profiler's sample heap, or a heap the program made */
   _Atomic uint32_t remote_hint;   /* a full page received a remote free */
   /* Not zeroed when a heap is reused (hk_heap_new zeroes what comes before
    * remote_hint): the purger walks all_next and takes spare_lock at any time,
@@ -358,7 +363,15 @@ typedef struct hk_heap {
   _Atomic int tid;                /* that thread's kernel id (0: never reaped: the shared late
                                      heap, the parent's other threads' heaps in a forked child) */
   _Atomic uint64_t reap_checked_ms; /* when the reaper last asked whether the thread is gone */
+  /* a heap the program made (HK_HEAP_USER, user_heap.c); set up by hk_user_heap_new */
+  _Atomic uint32_t user_lock;     /* every call on the heap but free() runs under it (a spin
+                                     lock: user_heap.c) */
+  struct hk_region *large_first;  /* its live large blocks (hk_large_lock, large.c) */
+  struct hk_heap *user_next, *user_prev; /* the live user heaps (user_heap.c: fork) */
+  _Atomic pthread_t visitor;      /* the thread in hak_heap_visit on it (0: none) */
 } hk_heap;
+
+enum { HK_HEAP_THREAD = 0, HK_HEAP_SAMPLES = 1, HK_HEAP_USER = 2, HK_HEAP_DESTROYED = 3 };
 
 /* (bit 1: heaps are 64-byte aligned; hardened mode tags owners with bit 0) */
 #define HK_NO_OWNER(h) ((hk_heap *)((char *)(h) + 2)) /* (= h | 2; a constant for hk_heap_empty) */

@@ -30,7 +30,7 @@ LAYERS = [
     ["pressure.c"],                                                # giving memory back
     ["init.c"],                                                    # initialisation, fork
     ["thread.c"],                                                  # a thread's heap, malloc's slow path
-    ["alloc.c", "free.c", "inspect.c", "validate.c"],              # the front; what a program reads
+    ["alloc.c", "free.c", "inspect.c", "validate.c", "user_heap.c"], # the front; what a program reads; its heaps
     ["override.c", "new_delete.c", "new_handler.cpp"],             # the exported names
 ]
 RANK = {f: i for i, layer in enumerate(LAYERS) for f in layer}

@@ -1,0 +1,280 @@
+/* Heaps the program makes (hak_heap_new): blocks in pages of their own,
+ * given back all at once by hak_heap_destroy.
+ *
+ * A user heap is an hk_heap of kind HK_HEAP_USER that no thread owns. Its
+ * pages, queues and spares work as a thread's do (queue.c), and every call
+ * on it but free() holds its user_lock, so any thread may use it. free()
+ * takes no lock: a free of its block, from any thread, is a remote free
+ * (remote.c), pushed onto the block's page with one compare-and-swap and
+ * collected by the heap's next page search. No thread cache keeps its
+ * blocks and the heap never adopts other threads' pages (queue.c), so its
+ * pages hold only its own blocks, and only its pages hold them: destroy
+ * can give them all back. Its blocks above 1 MiB are large blocks on the
+ * heap's list (large.c).
+ *
+ * After hak_heap_destroy, free() of one of its blocks finds no live block
+ * and is reported (a double free), as long as no new page has taken the
+ * span; once one has, such a free cannot be told from a free of that
+ * page's block, as for any double free in the default mode. */
+#include "internal.h"
+#include "secure.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+
+#include "hakmem.h"
+
+/* Lock the heap a call names; false: the lock was not taken, and must not
+ * be released (the forking thread, which holds it already: sync.h).
+ * Reported: a heap that is none (destroyed, or not made by hak_heap_new),
+ * and a call from a visitor of the same heap (its thread holds the lock:
+ * it would wait for itself). */
+static bool heap_lock(hk_heap *h, const char *who) {
+  if (h == NULL) hk_fatal_in(who, "a NULL heap", NULL);
+  if (HK_UNLIKELY(hk_load_relaxed(&h->visitor) != 0) && hk_load_relaxed(&h->visitor) == pthread_self())
+    hk_fatal_in(who, "a heap, from its own hak_heap_visit() visitor", h);
+  bool took = hk_spin_lock(&h->user_lock);
+  if (HK_UNLIKELY(h->kind != HK_HEAP_USER)) {
+    unsigned kind = h->kind;
+    if (took) hk_spin_unlock(&h->user_lock);
+    hk_fatal_in(who, kind == HK_HEAP_DESTROYED ? "a heap already destroyed" : "a pointer that is not a hak_heap_new() heap", h);
+  }
+  return took;
+}
+
+static void heap_unlock(hk_heap *h, bool took) {
+  if (took) hk_spin_unlock(&h->user_lock);
+}
+
+/* The user heap a live block belongs to (r: its mapping's header), or
+ * NULL: a thread's block. */
+hk_heap *hk_user_heap_of(hk_region *r, const void *p) {
+  if (r->kind == HK_KIND_LARGE) return hk_large_heap_of(r);
+  hk_heap *h = hk_owner_untag(hk_load_relaxed(&hk_page_of(r, p)->heap));
+  return h != NULL && h->kind == HK_HEAP_USER ? h : NULL;
+}
+
+/* A block of size bytes from h, zeroed if asked, all the way: a large
+ * block, a page search, hardened mode. who: the caller, for reports. */
+static HK_NOINLINE void *alloc_slow(hk_heap *h, size_t size, bool zero, const char *who) {
+  size_t need = hk_secure ? size + HK_SECURE_EXTRA : size; /* hardened: the canary and the trailer too */
+  if (need > HK_MEDIUM_MAX || need < size) {
+    heap_unlock(h, heap_lock(h, who)); /* (checked before mapping) */
+    void *p = hk_alloc_large(size, 16, zero);
+    if (p == NULL) return NULL;
+    /* (locked: hak_heap_destroy may not run meanwhile, or the block would
+     * join a heap that is gone) */
+    bool took = heap_lock(h, who);
+    hk_large_join_heap(p, h);
+    heap_unlock(h, took);
+    return p;
+  }
+  unsigned cls = hk_size_class(need);
+  bool took = heap_lock(h, who);
+  void *p = hk_heap_alloc(h, size, cls);
+  heap_unlock(h, took);
+  if (HK_UNLIKELY(p == NULL)) { /* give back the caches (without the lock: they take others) and retry */
+    hk_pressure_release(HK_REGION_SIZE);
+    took = heap_lock(h, who);
+    p = hk_heap_alloc(h, size, cls);
+    heap_unlock(h, took);
+  }
+  hk_purger_poke(); /* (no allocator lock held: starting the purger allocates) */
+  if (HK_UNLIKELY(hk_load_relaxed(&hk_limit_soft_crossed))) hk_pressure_soft();
+  if (p == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (zero) memset(p, 0, size);
+  return p;
+}
+
+/* The common case inline: a block of up to 1 KiB from its class's current
+ * page, as the malloc fast path takes one (fastpath.h), between the lock's
+ * exchange and its release; the rest in alloc_slow, which also waits for
+ * the lock (a visitor of the heap holds it: heap_lock's check). */
+HK_INLINE void *heap_alloc(hak_heap_t *heap, size_t size, bool zero, const char *who) {
+  hk_heap *h = (hk_heap *)heap;
+  if (HK_LIKELY(size <= HK_LUT_MAX && !hk_secure && h != NULL) && HK_LIKELY(hk_spin_trylock(&h->user_lock))) {
+    if (HK_LIKELY(h->kind == HK_HEAP_USER)) {
+      hk_page *page = h->by_size[(size + 7) >> 3];
+      if (HK_LIKELY(hk_list_head_ok(page, page->free))) {
+        void *p = hk_page_pop(page);
+        hk_spin_unlock(&h->user_lock);
+        if (zero) memset(p, 0, size);
+        return p;
+      }
+    }
+    hk_spin_unlock(&h->user_lock);
+  }
+  return alloc_slow(h, size, zero, who);
+}
+
+/* heap, checked as every call on it is (reported if it is no heap). */
+hk_heap *hk_user_heap_check(void *heap, const char *who) {
+  hk_heap *h = heap;
+  heap_unlock(h, heap_lock(h, who));
+  return h;
+}
+
+/* The heap a realloc of one of its blocks names (p's heap, or a check
+ * hk_realloc makes), checked without its lock: a heap destroyed before
+ * the call says so (its kind is written once, before it is reused). */
+hk_heap *hk_user_heap_named(void *heap, const char *who) {
+  hk_heap *h = heap;
+  if (h == NULL || h->kind != HK_HEAP_USER) return hk_user_heap_check(heap, who); /* (reports) */
+  return h;
+}
+
+void *hk_user_heap_alloc(hk_heap *h, size_t size) { return heap_alloc((hak_heap_t *)h, size, false, "realloc()"); }
+
+HK_API hak_heap_t *hak_heap_new(void) {
+  hk_init();
+  hk_heap *h = hk_heap_new_user();
+  if (h == NULL) errno = ENOMEM;
+  return (hak_heap_t *)h;
+}
+
+HK_API void *hak_heap_malloc(hak_heap_t *heap, size_t size) { return heap_alloc(heap, size, false, "hak_heap_malloc()"); }
+
+HK_API void *hak_heap_calloc(hak_heap_t *heap, size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    hk_user_heap_check(heap, "hak_heap_calloc()");
+    errno = ENOMEM;
+    return NULL;
+  }
+  return heap_alloc(heap, total, true, "hak_heap_calloc()");
+}
+
+/* Every page of the heap goes back to its region, live blocks and all. */
+static void release_page(hk_heap *h, hk_page *p) {
+  if (hk_secure) hk_secure_clear_span(p); /* its live blocks' bits: the next page there starts clear */
+  hk_heap_release_page(h, p);
+}
+
+HK_API void hak_heap_destroy(hak_heap_t *heap) {
+  if (heap == NULL) return;
+  hk_heap *h = (hk_heap *)heap;
+  bool took = heap_lock(h, "hak_heap_destroy()");
+  h->kind = HK_HEAP_DESTROYED; /* a later call on it is reported (heap_lock) */
+  hk_heap_stash_flush(h);
+  for (unsigned c = 0; c < HK_NCLASSES; c++) {
+    hk_page *p;
+    while ((p = h->queues[c].first) != NULL) {
+      hk_list_remove(&h->queues[c], p);
+      release_page(h, p);
+    }
+    hk_heap_set_direct(h, c, &hk_page_empty);
+  }
+  hk_page *p;
+  while ((p = h->full.first) != NULL) {
+    /* a freer may be giving the page back (remote.c, try_reclaim): wait
+     * for it to finish */
+    while (hk_page_reclaimed(p) == HK_PAGE_BUSY) sched_yield();
+    hk_heap_full_remove(h, p);
+    release_page(h, p);
+  }
+  pthread_mutex_lock(&h->spare_lock);
+  p = hk_spares_detach(h, UINT64_MAX, 0);
+  pthread_mutex_unlock(&h->spare_lock);
+  while (p != NULL) {
+    hk_page *next = p->next;
+    hk_heap_release_page(h, p);
+    p = next;
+  }
+  h->held_bytes = 0;
+  memset(h->held, 0, sizeof h->held);
+  hk_large_free_heap(h);
+  heap_unlock(h, took);
+  hk_heap_recycle_user(h);
+  hk_purger_poke();
+}
+
+/* ---- hak_heap_visit ---- */
+
+/* Blocks a page can hold at most: pages of several slabs hold blocks of
+ * 9 KiB and more (sizeclass.c), so a slab of the smallest blocks. */
+#define VISIT_BLOCKS_MAX (HK_SLAB_SIZE / 8)
+typedef int (*visitor_fn)(void *block, size_t size, void *arg);
+
+/* The page's live blocks: those carved, but not on its free list. */
+static int visit_page(hk_page *page, visitor_fn visitor, void *arg) {
+  uint64_t bits[VISIT_BLOCKS_MAX / 64]; /* bit i: block i is free */
+  uint32_t cap = page->capacity;
+  if (cap == 0 || hk_page_state(page) == HK_PAGE_RECLAIMED) return 0;
+  hk_assert(cap <= VISIT_BLOCKS_MAX);
+  memset(bits, 0, ((cap + 63) / 64) * sizeof bits[0]);
+  uint32_t n = 0;
+  for (hk_block *b = page->free; !hk_list_end(b); b = hk_link_next(b, page->key)) {
+    if (!hk_list_head_ok(page, b) || ++n > cap)
+      hk_fatal("free list corrupted (a freed block was written: a use after free, or an overflow)", b);
+    uint32_t i = (uint32_t)(((uintptr_t)b - page->start) / page->block_size);
+    bits[i / 64] |= (uint64_t)1 << (i % 64);
+  }
+  for (uint32_t i = 0; i < cap; i++) {
+    if (bits[i / 64] & ((uint64_t)1 << (i % 64))) continue;
+    hk_block *b = (hk_block *)(page->start + (uintptr_t)i * page->block_size);
+    int r = visitor(b, hk_secure ? hk_secure_size_of(page, b) : hk_page_usable(page), arg);
+    if (r != 0) return r;
+  }
+  return 0;
+}
+
+static int visit_pages(hk_heap *h, visitor_fn visitor, void *arg) {
+  /* every block freed so far onto its page's own list: blocks parked full
+   * pages received back in their queue first */
+  hk_heap_rescue_full(h);
+  for (unsigned c = 0; c < HK_NCLASSES; c++)
+    for (hk_page *p = h->queues[c].first; p != NULL; p = p->next)
+      if (hk_load_relaxed(&p->remote) & ~HK_REMOTE_STATE_MASK) hk_page_collect(p, HK_PAGE_NORMAL);
+  for (unsigned c = 0; c < HK_NCLASSES; c++)
+    for (hk_page *p = h->queues[c].first; p != NULL; p = p->next) {
+      int r = visit_page(p, visitor, arg);
+      if (r != 0) return r;
+    }
+  for (hk_page *p = h->full.first; p != NULL; p = p->next) {
+    int r = visit_page(p, visitor, arg);
+    if (r != 0) return r;
+  }
+  return 0;
+}
+
+/* The large blocks, from a copy of the heap's list: the visitor may free
+ * them (which takes the lock of the list). False: no memory for the copy. */
+static bool visit_large(hk_heap *h, visitor_fn visitor, void *arg, int *r) {
+  void *few[64], **list = few;
+  size_t n = hk_large_heap_blocks(h, NULL, 0), bytes = 0;
+  if (n > 64) {
+    bytes = (n * sizeof(void *) + HK_OS_PAGE - 1) & ~(size_t)(HK_OS_PAGE - 1);
+    list = hk_os_map_aligned(bytes, HK_OS_PAGE);
+    if (list == NULL) return false;
+  }
+  n = hk_large_heap_blocks(h, list, n); /* (no more than before: new ones need the heap's lock) */
+  for (size_t i = 0; i < n && *r == 0; i++) *r = visitor(list[i], hk_large_usable(hk_region_of(list[i])), arg);
+  if (bytes != 0) hk_os_unmap(list, bytes);
+  return true;
+}
+
+/* 0: every live block visited; the visitor's value that stopped the walk;
+ * -1 and errno: ENOMEM (no memory for the walk), EINVAL (no visitor). */
+HK_API int hak_heap_visit(hak_heap_t *heap, int (*visitor)(void *block, size_t size, void *arg), void *arg) {
+  hk_heap *h = (hk_heap *)heap;
+  bool took = heap_lock(h, "hak_heap_visit()");
+  if (visitor == NULL) {
+    heap_unlock(h, took);
+    errno = EINVAL;
+    return -1;
+  }
+  hk_store_relaxed(&h->visitor, pthread_self());
+  int r = visit_pages(h, visitor, arg);
+  bool mapped = r != 0 || visit_large(h, visitor, arg, &r);
+  hk_store_relaxed(&h->visitor, (pthread_t)0);
+  heap_unlock(h, took);
+  if (!mapped) {
+    errno = ENOMEM;
+    return -1;
+  }
+  return r;
+}
