@@ -165,6 +165,7 @@ typedef struct {
   size_t size;      /* requested */
   size_t usable;    /* hak_malloc_usable_size at allocation; painted */
   uint64_t seed;
+  int heap;         /* a block of the heap (heap_op) */
 } slot;
 
 static slot slots[NSLOTS];
@@ -249,6 +250,7 @@ static void install(int s, void *vp, size_t size, size_t align, int zeroed, cons
   sl->p = p;
   sl->size = size;
   sl->usable = usable;
+  sl->heap = 0;
   sl->seed = ++seed_counter;
   paint(p, usable, sl->seed);
 }
@@ -420,6 +422,7 @@ enum {
   OP_HELPER_EXIT_RACE,
   OP_MISUSE,
   OP_STATS,
+  OP_HEAP,
   NOPS
 };
 
@@ -494,8 +497,87 @@ static void realloc_op(const opargs *a) {
     size_t keep = sl->size < total ? sl->size : total;
     verify(q, sl->usable, keep, sl->seed, 0, "after realloc (preserved prefix)");
   }
+  int heap = old != NULL && sl->heap; /* (realloc keeps a block in its heap) */
   sl->p = NULL; /* the old block is gone: no overlap check against it */
   install(a->s, q, total, 8, 0, who);
+  sl->heap = heap;
+}
+
+/* ---- a heap the program makes (hak_heap_new) ----
+ * Slots may hold blocks of one heap (slot.heap): allocated, reallocated in
+ * it, visited (every such slot exactly once, nothing else), freed as any
+ * block, or dropped all at once when the heap is destroyed. */
+static hak_heap_t *fheap;
+
+typedef struct {
+  int count, freeing;
+} visit_state;
+
+static int visit_block(void *block, size_t size, void *arg) {
+  visit_state *v = arg;
+  int s = 0;
+  while (s < NSLOTS && !(slots[s].p == block && slots[s].heap)) s++;
+  if (s == NSLOTS) fail("hak_heap_visit gave %p, no live block of the heap", block);
+  if (size != slots[s].usable) fail("hak_heap_visit gave %zu bytes for slot %d, usable %zu", size, s, slots[s].usable);
+  v->count++;
+  if (v->freeing && (v->count & 1)) free_slot(s, (unsigned)s); /* the visitor may free what it is given */
+  return 0;
+}
+
+static void heap_op(const opargs *a) {
+  slot *sl = &slots[a->s];
+  unsigned v = (unsigned)(a->n % 6);
+  if (fheap == NULL && v != 4) {
+    fheap = hak_heap_new();
+    if (fheap == NULL) fail("hak_heap_new returned NULL");
+  }
+  switch (v) {
+  case 0:
+  case 1: {
+    free_slot(a->s, 0);
+    size_t count = 1 + (a->n >> 3) % 4, size = a->size / count;
+    void *p = v == 0 ? hak_heap_malloc(fheap, a->size) : hak_heap_calloc(fheap, count, size);
+    install(a->s, p, v == 0 ? a->size : count * size, 1, v == 1, v == 0 ? "hak_heap_malloc" : "hak_heap_calloc");
+    sl->heap = 1;
+    break;
+  }
+  case 2: { /* hak_heap_realloc of the slot's block, if it is the heap's */
+    if (sl->p != NULL && !sl->heap) break;
+    if (sl->p != NULL) check_slot(a->s, "before hak_heap_realloc");
+    void *old = sl->p;
+    void *q = hak_heap_realloc(fheap, old, a->size);
+    if (old != NULL && a->size == 0) {
+      if (q != NULL) fail("hak_heap_realloc(%p, 0) returned %p", old, q);
+      sl->p = NULL;
+      break;
+    }
+    if (q == NULL) fail("hak_heap_realloc(%p, %zu) returned NULL", old, a->size);
+    if (old != NULL) verify(q, sl->usable, sl->size < a->size ? sl->size : a->size, sl->seed, 0, "after hak_heap_realloc");
+    sl->p = NULL;
+    install(a->s, q, a->size, 8, 0, "realloc");
+    sl->heap = 1;
+    break;
+  }
+  case 3:
+  case 5: { /* every block visited once; (5) the visitor frees every other one */
+    int live = 0;
+    for (int i = 0; i < NSLOTS; i++) live += slots[i].p != NULL && slots[i].heap;
+    visit_state st = {0, v == 5};
+    int r = hak_heap_visit(fheap, visit_block, &st);
+    if (r != 0 || st.count != live) fail("hak_heap_visit returned %d after %d blocks, %d live", r, st.count, live);
+    break;
+  }
+  default: /* destroyed: its blocks are gone, unfreed */
+    if (fheap == NULL) break;
+    for (int i = 0; i < NSLOTS; i++)
+      if (slots[i].p != NULL && slots[i].heap) {
+        check_slot(i, "before hak_heap_destroy");
+        slots[i].p = NULL;
+      }
+    hak_heap_destroy(fheap);
+    fheap = NULL;
+    break;
+  }
 }
 
 /* Requests that must fail without touching anything. */
@@ -601,6 +683,9 @@ static void run_op(void *arg) {
     if (a->size) /* the slots of this half (all: half -1) */
       for (int i = 0; i < NSLOTS; i++)
         if ((a->align >> 1) == 0 || i % 2 == (int)(a->align >> 1) - 1) free_slot(i, (unsigned)i);
+    break;
+  case OP_HEAP:
+    heap_op(a);
     break;
   case OP_NULLS:
     hak_free(NULL);
@@ -915,7 +1000,7 @@ static void misuse_child(unsigned kind, size_t size, uint64_t val) {
     hak_malloc_trim(0); /* hardened mode: the block leaves the quarantine */
     for (int i = 0; i < NSLOTS; i++) { /* reuse: the slots take new blocks of this size */
       if (slots[i].p != NULL) continue;
-      slots[i] = (slot){hak_malloc(size), size, size, 0};
+      slots[i] = (slot){hak_malloc(size), size, size, 0, 0};
       if (slots[i].p == NULL) fail("misuse: malloc(%zu) after the write returned NULL", size);
       slots[i].usable = hak_malloc_usable_size(slots[i].p);
     }
@@ -1056,6 +1141,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       a.size = rd_size(&r);
       a.align = rd16(&r);
       break;
+    case OP_HEAP:
+      a.n = rd8(&r);
+      a.size = rd_size(&r);
+      break;
     default:
       break;
     }
@@ -1100,6 +1189,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       run_on_helper(&a);
     else
       run_op(&a);
+  }
+  if (fheap != NULL) {
+    opargs a = {OP_HEAP, 0, 0, 4, 0};
+    run_op(&a); /* destroyed: empty, or with blocks of other slots' tiers kept since freed */
   }
   if (++inputs_run % 64 == 0) hak_malloc_trim(0);
   return 0;

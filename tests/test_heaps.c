@@ -18,8 +18,8 @@ typedef struct {
 
 static int count_block(void *block, size_t size, void *arg) {
   tally *t = arg;
-  CHECK(size == malloc_usable_size(block), "visit gives %zu bytes for %p, malloc_usable_size %zu", size, block,
-        malloc_usable_size(block));
+  CHECK(size == API(malloc_usable_size)(block), "visit gives %zu bytes for %p, malloc_usable_size %zu", size, block,
+        API(malloc_usable_size)(block));
   if (t->expect != NULL) {
     size_t i = 0;
     while (i < t->nexpect && t->expect[i] != block) i++;
@@ -53,14 +53,14 @@ static void basics(void) {
   enum { N = 600 };
   static void *b[N];
   static size_t bs[N];
-  void *mine = malloc(100);
+  void *mine = API(malloc)(100);
   stamp(mine, 100, 0x5a);
   for (size_t i = 0; i < N; i++) {
     bs[i] = SIZES[i % NSIZES];
     b[i] = (i % 3 == 1) ? hak_heap_calloc(h, 1, bs[i]) : hak_heap_malloc(h, bs[i]);
     CHECK(b[i] != NULL, "block %zu of %zu bytes: %s", i, bs[i], strerror(errno));
     CHECK(((uintptr_t)b[i] & 15) == 0 || bs[i] <= 8, "block %zu of %zu bytes at %p: not 16-aligned", i, bs[i], b[i]);
-    CHECK(malloc_usable_size(b[i]) >= bs[i], "usable size of block %zu", i);
+    CHECK(API(malloc_usable_size)(b[i]) >= bs[i], "usable size of block %zu", i);
     if (i % 3 == 1) check_stamp(b[i], bs[i], 0);
     stamp(b[i], bs[i], (unsigned char)i);
   }
@@ -69,12 +69,12 @@ static void basics(void) {
   CHECK(t.blocks == N, "visit saw %zu blocks of %d", t.blocks, N);
   /* free a third (by this thread), realloc a third within the heap */
   for (size_t i = 0; i < N; i += 3) {
-    free(b[i]);
+    API(free)(b[i]);
     b[i] = NULL;
   }
   for (size_t i = 1; i < N; i += 3) {
     size_t to = SIZES[(i * 7) % NSIZES] + 1;
-    void *q = (i % 2) ? hak_heap_realloc(h, b[i], to) : realloc(b[i], to);
+    void *q = (i % 2) ? hak_heap_realloc(h, b[i], to) : API(realloc)(b[i], to);
     CHECK(q != NULL, "realloc of block %zu to %zu", i, to);
     check_stamp(q, to < bs[i] ? to : bs[i], (unsigned char)i);
     b[i] = q;
@@ -98,7 +98,7 @@ static void basics(void) {
   CHECK(hak_heap_calloc(h, SIZE_MAX / 2, 3) == NULL && errno == ENOMEM, "calloc overflow: ENOMEM");
   hak_heap_destroy(h);
   check_stamp(mine, 100, 0x5a);
-  free(mine);
+  API(free)(mine);
   hak_heap_destroy(NULL);
   errno = 0;
   hak_heap_t *h2 = hak_heap_new();
@@ -110,7 +110,7 @@ static void basics(void) {
 static int free_it(void *block, size_t size, void *arg) {
   (void)size;
   (*(size_t *)arg)++;
-  free(block);
+  API(free)(block);
   return 0;
 }
 
@@ -144,7 +144,7 @@ static void *worker(void *arg) {
   /* free the next thread's blocks, every other one */
   size_t other = (id + 1) % THREADS;
   for (size_t i = 0; i < PER_THREAD; i += 2) {
-    free(slots[other][i]);
+    API(free)(slots[other][i]);
     slots[other][i] = NULL;
   }
   return NULL;
@@ -194,7 +194,7 @@ static void destroy_gives_back(void) {
     }
     for (int i = 0; i < 8; i++) memset(hak_heap_malloc(h, 2 << 20), 1, 2 << 20);
     hak_heap_destroy(h);
-    malloc_trim(0);
+    API(malloc_trim)(0);
     size_t now = rss_kb();
     if (round == 0) first = now;
     last = now;
@@ -213,7 +213,7 @@ static void *churn(void *arg) {
   hak_heap_t *h = arg;
   while (!stop) {
     void *p = hak_heap_malloc(h, 64);
-    free(p);
+    API(free)(p);
   }
   return NULL;
 }
@@ -228,7 +228,7 @@ static void fork_with_heap(void) {
     if (pid == 0) {
       void *p = hak_heap_malloc(h, 100);
       if (p == NULL) _exit(2);
-      free(p);
+      API(free)(p);
       hak_heap_destroy(h);
       _exit(0);
     }
@@ -270,13 +270,13 @@ static void free_after_destroy(void) {
   hak_heap_t *h = hak_heap_new();
   void *p = hak_heap_malloc(h, 48);
   hak_heap_destroy(h);
-  free(hkt_opaque_ptr(p));
+  API(free)(hkt_opaque_ptr(p));
 }
 static void free_large_after_destroy(void) {
   hak_heap_t *h = hak_heap_new();
   void *p = hak_heap_malloc(h, 5 << 20);
   hak_heap_destroy(h);
-  free(hkt_opaque_ptr(p));
+  API(free)(hkt_opaque_ptr(p));
 }
 static void malloc_after_destroy(void) {
   hak_heap_t *h = hak_heap_new();
@@ -306,7 +306,7 @@ static void realloc_other_heap(void) {
 }
 static void realloc_default_block(void) {
   hak_heap_t *a = hak_heap_new();
-  void *p = malloc(10);
+  void *p = API(malloc)(10);
   (void)!hak_heap_realloc(a, p, 20);
 }
 static void not_a_heap(void) {
@@ -315,7 +315,11 @@ static void not_a_heap(void) {
 }
 
 int main(int argc, char **argv) {
-  (void)argc, (void)argv;
+  if (argc > 1 && strcmp(argv[1], "threads") == 0) { /* (ThreadSanitizer's run) */
+    threads();
+    visitor_frees();
+    return 0;
+  }
   basics();
   visitor_frees();
   threads();
