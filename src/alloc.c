@@ -153,6 +153,10 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   if (gh != NULL) gh->grown[gh->grown_next++ % HK_GROWN_RING] = q;
   memcpy(q, p, size < usable ? size : usable);
+  if (in != NULL && r->kind != HK_KIND_LARGE && !hk_secure) {
+    hk_user_heap_free_own(in, hk_page_of(r, p), p); /* (its own page's list: no remote free) */
+    return q;
+  }
   /* the page p empties, if it does, is not held (queue.c): the buffer moved on */
   hk_heap *h = hk_tls_heap;
   if (h != &hk_heap_empty) h->moving = 1; /* (a thread at exit may have none) */

@@ -50,15 +50,16 @@ hk_heap *hk_sample_heap_take(void) {
   if (h != NULL) sample_pool = h->pool_next;
   hk_unlock(&hk_heap_lock);
   if (h != NULL) return h;
-  h = hk_heap_new();
+  h = hk_heap_new(false);
   if (h == NULL) return NULL;
-  hk_store_relaxed(&h->tid, 0);
   h->kind = HK_HEAP_SAMPLES;
   hk_stat_add(sample_heaps, 1);
   return h;
 }
 
-hk_heap *hk_heap_new(void) {
+/* A heap set up empty; for_thread: the calling thread's (false: no
+ * thread's, tid 0: never reaped). */
+hk_heap *hk_heap_new(bool for_thread) {
   hk_lock(&hk_heap_lock);
   hk_heap *h = heap_carve();
   hk_unlock(&hk_heap_lock);
@@ -89,8 +90,8 @@ hk_heap *hk_heap_new(void) {
   uint32_t owner = (uint32_t)hk_stat_add(heaps_created, 1) + 1; /* this ownership's own number */
   h->list_key = hk_derive_key((uint64_t)(uintptr_t)h, owner);
   h->quarantine_rng = hk_derive_key((uint64_t)(uintptr_t)h->quarantine, owner) | 1; /* (xorshift: not 0) */
-  hk_store_relaxed(&h->pid, hk_os_pid());
-  hk_store_relaxed(&h->tid, hk_os_tid());
+  hk_store_relaxed(&h->pid, for_thread ? hk_os_pid() : 0);
+  hk_store_relaxed(&h->tid, for_thread ? hk_os_tid() : 0);
   hk_store_relaxed(&h->reap_checked_ms, 0);
   hk_store_release(&h->live, owner ? owner : 1); /* after tid: see hk_heap_reap */
   return h;
@@ -148,9 +149,8 @@ static pthread_mutex_t user_heaps_lock = PTHREAD_MUTEX_INITIALIZER;
 static hk_heap *user_heaps; /* user_heaps_lock */
 
 hk_heap *hk_heap_new_user(void) {
-  hk_heap *h = hk_heap_new();
+  hk_heap *h = hk_heap_new(false);
   if (h == NULL) return NULL;
-  hk_store_relaxed(&h->tid, 0); /* no thread of its own: never reaped */
   hk_store_relaxed(&h->user_lock, 0);
   h->large_first = NULL;
   hk_store_relaxed(&h->visitor, (pthread_t)0);
@@ -206,8 +206,7 @@ static hk_heap *late_heap; /* late_lock */
 
 void *hk_heap_alloc_late(size_t size, unsigned cls) {
   hk_lock(&late_lock);
-  if (late_heap == NULL && (late_heap = hk_heap_new()) != NULL)
-    hk_store_relaxed(&late_heap->tid, 0); /* no thread of its own: never reaped */
+  if (late_heap == NULL) late_heap = hk_heap_new(false);
   void *p = late_heap != NULL ? hk_heap_alloc(late_heap, size, cls) : NULL;
   hk_unlock(&late_lock);
   hk_purger_poke(); /* after the lock: starting the purger may call malloc */

@@ -322,7 +322,7 @@ void hk_cache_flush_all(hk_heap *h);
 /* ==== heaps, large blocks ==== */
 
 /* ---- heap.c: heaps' life cycle ---- */
-hk_heap *hk_heap_new(void);                       /* NULL: out of memory */
+hk_heap *hk_heap_new(bool for_thread);            /* NULL: out of memory */
 void hk_heap_abandon(hk_heap *h);                 /* its thread exits: pages abandoned, heap pooled */
 void *hk_heap_alloc_late(size_t size, unsigned cls); /* from the shared heap of threads past their own */
 void hk_heap_collect(hk_heap *heap, bool release_all);
@@ -447,6 +447,7 @@ void hk_stats_report(void); /* HAKMEM_STATS's report now (malloc_stats) */
 /* ---- user_heap.c: heaps the program makes (hak_heap_new) ---- */
 hk_heap *hk_user_heap_of(hk_region *r, const void *p); /* a live block's heap (r: its header); NULL: a thread's */
 void *hk_user_heap_alloc(hk_heap *h, size_t size);     /* realloc's new block in the old one's heap */
+void hk_user_heap_free_own(hk_heap *h, hk_page *page, void *p); /* ... and the old one, freed by its owner */
 hk_heap *hk_user_heap_check(void *heap, const char *who); /* heap, reported if it is none */
 hk_heap *hk_user_heap_named(void *heap, const char *who); /* the same, without its lock */
 

@@ -25,10 +25,10 @@ hk_heap *hk_heap_get(void) {
   hk_init_check();
   /* (in case the C library's pthread_create did not call calloc: init.c) */
   hk_fork_handlers_check();
-  h = hk_heap_new();
+  h = hk_heap_new(true);
   if (h == NULL) {
     hk_pressure_release(sizeof(hk_heap));
-    h = hk_heap_new();
+    h = hk_heap_new(true);
   }
   if (h == NULL) return NULL;
   hk_tls_heap = h;

@@ -129,6 +129,18 @@ hk_heap *hk_user_heap_named(void *heap, const char *who) {
 
 void *hk_user_heap_alloc(hk_heap *h, size_t size) { return heap_alloc((hak_heap_t *)h, size, false, "realloc()"); }
 
+/* realloc moved h's live block p (of page) to a new block: p goes back
+ * onto its page's own list under the heap's lock, as its owner frees,
+ * instead of through the page's remote stack (default mode: hardened mode
+ * frees remotely, checked). */
+void hk_user_heap_free_own(hk_heap *h, hk_page *page, void *p) {
+  bool took = heap_lock(h, "realloc()");
+  h->moving = 1; /* (the page it empties is not held: the buffer moved on, queue.c) */
+  if (hk_page_push(page, p, page->key)) hk_heap_page_emptied(h, page);
+  h->moving = 0;
+  heap_unlock(h, took);
+}
+
 HK_API hak_heap_t *hak_heap_new(void) {
   hk_init();
   hk_heap *h = hk_heap_new_user();
@@ -268,6 +280,7 @@ HK_API int hak_heap_visit(hak_heap_t *heap, int (*visitor)(void *block, size_t s
     return -1;
   }
   hk_store_relaxed(&h->visitor, pthread_self());
+  hk_heap_stash_flush(h); /* (a stashed block is free, but not on its page's list: queue.c) */
   int r = visit_pages(h, visitor, arg);
   bool mapped = r != 0 || visit_large(h, visitor, arg, &r);
   hk_store_relaxed(&h->visitor, (pthread_t)0);
