@@ -202,6 +202,31 @@ void hak_heap_destroy(hak_heap_t *heap);
  * non-zero value, or -1 with errno ENOMEM or EINVAL (no visitor). */
 int hak_heap_visit(hak_heap_t *heap, int (*visitor)(void *block, size_t size, void *arg), void *arg);
 
+/* What a heap holds now, exactly (blocks freed by any thread are gone from
+ * it as their free returns): size must be sizeof(struct hak_heap_stats).
+ * Returns 0, or -1 with errno EINVAL. */
+struct hak_heap_stats {
+  char name[48];                 /* its label (hak_label), or "" */
+  unsigned long long live_blocks;
+  unsigned long long live_bytes; /* their usable sizes (hardened mode: their size classes' less the
+                                    canary, where malloc_usable_size says the size asked for) */
+  unsigned long long page_bytes; /* its pages' spans and the empty spans it keeps */
+  unsigned long long large_bytes; /* the mappings of its blocks above 1 MiB */
+};
+int hak_heap_stats(hak_heap_t *heap, struct hak_heap_stats *out, size_t size);
+
+/* ---- labels: what a component allocated (docs/HEAPS.md) ----
+ * The heap labelled name (at most 47 bytes), made at its first call; NULL
+ * with errno EINVAL (no name, or too long) or ENOMEM. Never destroyed but
+ * by hak_heap_destroy. HAKMEM_STATS's report lists every label's figures. */
+hak_heap_t *hak_label(const char *name);
+/* From now on, the calling thread's malloc, calloc, realloc (its new
+ * blocks: a block realloc moves stays in its own heap) and operator new
+ * take their blocks from heap (NULL: from the thread's own heap again).
+ * Returns the heap used before, for scopes:
+ *   hak_heap_t *outer = hak_heap_use(hak_label("parser")); ... hak_heap_use(outer); */
+hak_heap_t *hak_heap_use(hak_heap_t *heap);
+
 /* glibc's malloc_info: the free blocks of each size class and the memory
  * mapped, as XML in glibc's elements (docs/STATS.md). options must be 0. */
 int hak_malloc_info(int options, FILE *fp);

@@ -18,8 +18,8 @@ void *hk_calloc(size_t n, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  if (total > HK_MEDIUM_MAX) return hk_alloc_large(total, 16, true);
-  void *p = hk_malloc_fast(total);
+  if (total > HK_MEDIUM_MAX && hk_tls.use == NULL) return hk_alloc_large(total, 16, true);
+  void *p = hk_malloc_fast(total); /* (a heap the thread uses: hak_heap_use) */
   if (p != NULL) memset(p, 0, total);
   return p;
 }

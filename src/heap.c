@@ -148,9 +148,12 @@ void hk_heap_abandon(hk_heap *h) {
 static pthread_mutex_t user_heaps_lock = PTHREAD_MUTEX_INITIALIZER;
 static hk_heap *user_heaps; /* user_heaps_lock */
 
-hk_heap *hk_heap_new_user(void) {
+hk_heap *hk_heap_new_user(const char *name) {
   hk_heap *h = hk_heap_new(false);
   if (h == NULL) return NULL;
+  size_t n = name != NULL ? strlen(name) : 0;
+  memcpy(h->user_name, name != NULL ? name : "", n);
+  h->user_name[n] = 0;
   hk_store_relaxed(&h->user_lock, 0);
   h->large_first = NULL;
   hk_store_relaxed(&h->visitor, (pthread_t)0);
@@ -162,6 +165,25 @@ hk_heap *hk_heap_new_user(void) {
   user_heaps = h;
   hk_unlock(&user_heaps_lock);
   return h;
+}
+
+/* The live user heap labelled `name`, or NULL. */
+hk_heap *hk_heap_find_user(const char *name) {
+  hk_lock(&user_heaps_lock);
+  hk_heap *h = user_heaps;
+  while (h != NULL && strcmp(h->user_name, name) != 0) h = h->user_next;
+  hk_unlock(&user_heaps_lock);
+  return h;
+}
+
+/* Up to max of the live user heaps that have a label, into out; how many. */
+size_t hk_heap_labelled(hk_heap **out, size_t max) {
+  size_t n = 0;
+  hk_lock(&user_heaps_lock);
+  for (hk_heap *h = user_heaps; h != NULL && n < max; h = h->user_next)
+    if (h->user_name[0] != 0) out[n++] = h;
+  hk_unlock(&user_heaps_lock);
+  return n;
 }
 
 /* A heap the program destroyed, its pages given back: its counters kept,

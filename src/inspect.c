@@ -186,7 +186,17 @@ static const char *program_name(void) {
   return program_invocation_short_name != NULL ? program_invocation_short_name : "";
 }
 
-static void write_json(text *o, const struct hak_stats *s) {
+/* The labelled heaps' figures (hak_label), gathered before the statistics'
+ * hold: a heap's lock is taken before every other. */
+#define LABELS_MAX 16
+typedef struct {
+  struct hak_heap_stats of[LABELS_MAX];
+  size_t n;
+} labels;
+
+static void labels_get(labels *l) { l->n = hk_user_heap_labels(l->of, LABELS_MAX); }
+
+static void write_json(text *o, const struct hak_stats *s, const labels *l) {
   puts_(o, "{\"hakmem\":\"" HK_VERSION_STRING "\"");
   field(o, "version", s->version);
   field(o, "pid", (uint64_t)hk_os_pid());
@@ -216,15 +226,29 @@ static void write_json(text *o, const struct hak_stats *s) {
     field(o, "page_bytes", k->page_bytes);
     puts_(o, "}");
   }
+  puts_(o, "],\"labels\":[");
+  for (size_t i = 0; i < l->n; i++) {
+    const struct hak_heap_stats *k = &l->of[i];
+    puts_(o, i == 0 ? "{\"name\":\"" : ",{\"name\":\"");
+    put_escaped(o, k->name);
+    puts_(o, "\"");
+    field(o, "live_blocks", k->live_blocks);
+    field(o, "live_bytes", k->live_bytes);
+    field(o, "page_bytes", k->page_bytes);
+    field(o, "large_bytes", k->large_bytes);
+    puts_(o, "}");
+  }
   puts_(o, "]}\n");
 }
 
 HK_API size_t hak_stats_json(char *buf, size_t size) {
   hk_init();
+  labels l;
+  labels_get(&l);
   hk_pressure_hold();
   collect();
   text o = {buf, size, 0};
-  write_json(&o, &stats);
+  write_json(&o, &stats, &l);
   hk_pressure_unhold();
   /* the terminating NUL, and no newline: one object */
   size_t len = o.len - 1;
@@ -247,7 +271,7 @@ static void line(int fd, const char *name, uint64_t v, const char *unit) {
 
 static void say(int fd, const char *s) { hk_os_write(fd, s, strlen(s)); }
 
-static void print_text(int fd, const hk_usage *u, const struct hak_stats *s) {
+static void print_text(int fd, const hk_usage *u, const struct hak_stats *s, const labels *l) {
   hk_heap_stats t = u->self;
   hk_stats_add_exited(&t);
   char head[200];
@@ -311,6 +335,22 @@ static void print_text(int fd, const hk_usage *u, const struct hak_stats *s) {
     line(fd, "mappings refused", LOAD(limit_refusals), NULL);
     line(fd, "soft-limit releases", LOAD(soft_limit_passes), NULL);
   }
+  for (size_t i = 0; i < l->n; i++) {
+    const struct hak_heap_stats *k = &l->of[i];
+    if (i == 0) say(fd, "hakmem: labels (hak_label)\n");
+    char buf[200];
+    text o = {buf, sizeof buf, 0};
+    puts_(&o, "hakmem:   ");
+    puts_(&o, k->name);
+    puts_(&o, ": ");
+    put_dec(&o, k->live_bytes);
+    puts_(&o, " B live in ");
+    put_dec(&o, k->live_blocks);
+    puts_(&o, " blocks, ");
+    put_dec(&o, k->page_bytes + k->large_bytes);
+    puts_(&o, " B held\n");
+    hk_os_write(fd, buf, o.len < o.size ? o.len : o.size);
+  }
   say(fd, "hakmem: options\n");
   hk_options_print(fd);
 }
@@ -318,16 +358,18 @@ static void print_text(int fd, const hk_usage *u, const struct hak_stats *s) {
 /* malloc_stats() and HAKMEM_STATS at exit: text, or JSON with
  * HAKMEM_STATS=json. */
 static void stats_print(const hk_usage *u) {
+  labels l;
+  labels_get(&l);
   hk_pressure_hold();
   collect();
   int fd = hk_stats_report_fd();
   if (hk_opt.stats == 2) {
     static char buf[32 << 10]; /* (enough for every class; a longer text is cut) */
     text o = {buf, sizeof buf, 0};
-    write_json(&o, &stats);
+    write_json(&o, &stats, &l);
     hk_os_write(fd, buf, o.len < o.size ? o.len : o.size);
   } else {
-    print_text(fd, u, &stats);
+    print_text(fd, u, &stats, &l);
   }
   hk_stats_report_done(fd);
   hk_pressure_unhold();

@@ -253,7 +253,9 @@ typedef struct hk_tls_state {
                       profiler on, it holds the bytes until the next sample (profile.c);
                       HK_BUDGET_OPEN otherwise. A request of 2^62 bytes or more can move
                       it across the top bit either way; hk_malloc_slow, which serves
-                      those, sets it again. */
+                      those, sets it again. Shut too while `use` is set. */
+  hk_heap *use;   /* the heap the thread's mallocs take blocks from (hak_heap_use), or NULL:
+                     its own */
 } hk_tls_state;
 #define HK_BUDGET_OPEN ((uint64_t)1 << 62)
 #define HK_BUDGET_SHUT ((uint64_t)3 << 62)
@@ -330,7 +332,10 @@ void hk_heap_reap(void);          /* abandon the heaps whose thread has exited w
 void hk_heap_fork_lock(void);
 void hk_heap_fork_child(void);
 void hk_heap_fork_unlock(void);
-hk_heap *hk_heap_new_user(void);                  /* a heap for the program (user_heap.c); NULL: ENOMEM */
+hk_heap *hk_heap_new_user(const char *name);      /* a heap for the program (user_heap.c), labelled
+                                                     name (NULL: none, else <= HK_LABEL_MAX bytes); NULL: ENOMEM */
+hk_heap *hk_heap_find_user(const char *name);     /* the live user heap of that label, or NULL */
+size_t hk_heap_labelled(hk_heap **out, size_t max); /* the live user heaps with a label */
 void hk_heap_recycle_user(hk_heap *h);            /* ... destroyed, its pages given back */
 void hk_heap_fork_lock_users(void);               /* fork: the program's heaps' locks, first */
 void hk_heap_fork_unlock_users(void);
@@ -349,6 +354,7 @@ void hk_large_join_heap(void *p, hk_heap *h);        /* a new large block become
 hk_heap *hk_large_heap_of(const hk_region *r);       /* its user heap, or NULL */
 void hk_large_free_heap(hk_heap *h);                 /* free a user heap's large blocks */
 size_t hk_large_heap_blocks(hk_heap *h, void **out, size_t max); /* its live ones */
+void hk_large_heap_sum(hk_heap *h, unsigned long long *blocks, unsigned long long *bytes, unsigned long long *mapped); /* ... added up */
 
 /* ---- profile.c: the sampling heap profiler ---- */
 void hk_profile_init(void);        /* at start-up: HAKMEM_PROFILE */
@@ -428,6 +434,7 @@ void *hk_malloc_no_head(size_t size, hk_heap *heap, hk_page *page); /* list ende
 void *hk_alloc_class(size_t size, unsigned cls);
 void *hk_malloc_cached(size_t size, hk_heap *h); /* malloc in cache mode (h->free_owner != h) */
 void *hk_malloc_gated(size_t size, hk_heap *h);  /* malloc whose budget ran out (hk_tls_state) */
+extern void *(*hk_heap_use_alloc)(size_t size);  /* a malloc while hk_tls.use is set (user_heap.c) */
 void *hk_secure_malloc(size_t size, hk_heap *h); /* hardened mode's malloc */
 void *hk_alloc_large(size_t size, size_t align, bool zero); /* hk_large_alloc, retried once */
 
@@ -450,6 +457,8 @@ void *hk_user_heap_alloc(hk_heap *h, size_t size);     /* realloc's new block in
 void hk_user_heap_free_own(hk_heap *h, hk_page *page, void *p); /* ... and the old one, freed by its owner */
 hk_heap *hk_user_heap_check(void *heap, const char *who); /* heap, reported if it is none */
 hk_heap *hk_user_heap_named(void *heap, const char *who); /* the same, without its lock */
+struct hak_heap_stats;
+size_t hk_user_heap_labels(struct hak_heap_stats *out, size_t max); /* the labelled heaps' figures */
 
 #pragma GCC visibility pop
 

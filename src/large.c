@@ -277,6 +277,18 @@ size_t hk_large_heap_blocks(hk_heap *h, void **out, size_t max) {
   return n;
 }
 
+/* Heap h's live large blocks added to *blocks, their usable bytes to
+ * *bytes, their mappings' to *mapped. */
+void hk_large_heap_sum(hk_heap *h, unsigned long long *blocks, unsigned long long *bytes, unsigned long long *mapped) {
+  hk_lock(&hk_large_lock);
+  for (hk_region *r = h->large_first; r != NULL; r = r->heap_next) {
+    (*blocks)++;
+    *bytes += hk_large_usable(r);
+    *mapped += r->map_size;
+  }
+  hk_unlock(&hk_large_lock);
+}
+
 /* A block about to move (mremap) leaves its heap's list: its header moves
  * with it. NULL: it has no heap. */
 static hk_heap *heap_leave(hk_region *r) {

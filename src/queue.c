@@ -18,20 +18,20 @@ hk_page hk_page_empty = {.used = (uint32_t)HK_USED_NORMAL}; /* no blocks, normal
 hk_heap hk_heap_empty = {.free_owner = HK_NO_OWNER(&hk_heap_empty), /* (not NULL: abandoned pages) */
                          .by_size = {[0 ... HK_LUT_SLOTS - 1] = &hk_page_empty},
                          .direct = {[0 ... HK_NCLASSES - 1] = &hk_page_empty}};
-__thread hk_tls_state hk_tls __attribute__((tls_model("initial-exec"))) = {&hk_heap_empty, HK_BUDGET_SHUT};
+__thread hk_tls_state hk_tls __attribute__((tls_model("initial-exec"))) = {&hk_heap_empty, HK_BUDGET_SHUT, NULL};
 
 bool hk_profile_on;       /* the heap profiler samples (profile.c) */
 
 /* The budget for the thread's heap as it is now: shut while malloc must
- * leave the fast path every time (no heap, cache mode, hardened mode);
- * with the profiler on, the bytes to the next sample (the exponential
+ * leave the fast path every time (no heap, cache mode, hardened mode, a
+ * heap of the program's in use: hak_heap_use); with the profiler on, the bytes to the next sample (the exponential
  * distribution is memoryless: a fresh draw at any time keeps every byte's
  * chance of being sampled the same). */
 void hk_tls_arm(void) {
   hk_heap *h = hk_tls.heap;
-  hk_tls.budget = h->free_owner != h ? HK_BUDGET_SHUT
-                  : hk_profile_on    ? hk_random_gap((uint64_t)hk_opt.profile_rate)
-                                     : HK_BUDGET_OPEN;
+  hk_tls.budget = h->free_owner != h || hk_tls.use != NULL ? HK_BUDGET_SHUT
+                  : hk_profile_on                          ? hk_random_gap((uint64_t)hk_opt.profile_rate)
+                                                           : HK_BUDGET_OPEN;
 }
 
 

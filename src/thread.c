@@ -105,12 +105,15 @@ static HK_NOINLINE void *sampled_malloc(size_t size, hk_heap *h) {
   return h->free_owner != h ? hk_malloc_cached(size, h) : hk_malloc_heap(size, h);
 }
 
-/* malloc whose budget ran out: every malloc of a heap that is not its own
- * free_owner (cache mode, hardened mode, hk_heap_empty), which keeps the
- * budget shut, and with the profiler on the heap's own per-heap count
+/* malloc whose budget ran out: every malloc of a thread that uses a heap
+ * of the program's (hak_heap_use) or whose heap is not its own free_owner
+ * (cache mode, hardened mode, hk_heap_empty), which keep the budget shut, and with the profiler on the heap's own per-heap count
  * down to the next sample; otherwise a sample is due, or (profiler off)
  * the budget is open again. */
+void *(*hk_heap_use_alloc)(size_t size);
+
 void *hk_malloc_gated(size_t size, hk_heap *h) {
+  if (HK_UNLIKELY(hk_tls.use != NULL)) return hk_heap_use_alloc(size); /* (set before any use) */
   /* (a shut budget is left as it is: it stays negative for 2^62 bytes of
    * requests, and hk_malloc_slow sets it again after any larger one) */
   if (h->free_owner != h) {
@@ -151,6 +154,7 @@ void *hk_malloc_cached(size_t size, hk_heap *h) {
  * current page or no heap yet, the list ended, blocks stashed, a large
  * request, zero mode's check). secure.c has the rest of hardened mode. */
 void *hk_secure_malloc(size_t size, hk_heap *h) {
+  if (HK_HARDENED_BUILD && HK_UNLIKELY(hk_tls.use != NULL)) return hk_heap_use_alloc(size); /* (its fast path) */
   if (HK_UNLIKELY(size > HK_MEDIUM_MAX - HK_SECURE_EXTRA || hk_secure_zero)) return hk_malloc_slow(size, h);
   hk_page *page = h->queues[hk_size_class(size + HK_SECURE_EXTRA)].first;
   if (HK_UNLIKELY(page == NULL || !hk_list_head_ok(page, page->free))) return hk_malloc_slow(size, h);

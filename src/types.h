@@ -281,6 +281,7 @@ typedef struct hk_heap_stats {
 #define HK_CACHE_CLASS_BYTES ((uint32_t)16 << 10)
 
 #define HK_GROWN_RING 16
+#define HK_LABEL_MAX 47 /* bytes of a heap's label (hak_label) */
 typedef struct hk_heap {
   uint32_t cache_bytes;           /* bytes in the thread cache (cache_first[]) */
   uint32_t cache_remote;          /* blocks of other heaps put into the cache since the last
@@ -369,6 +370,7 @@ typedef struct hk_heap {
   struct hk_region *large_first;  /* its live large blocks (hk_large_lock, large.c) */
   struct hk_heap *user_next, *user_prev; /* the live user heaps (user_heap.c: fork) */
   _Atomic pthread_t visitor;      /* the thread in hak_heap_visit on it (0: none) */
+  char user_name[HK_LABEL_MAX + 1]; /* its label (hak_label), or "" */
 } hk_heap;
 
 enum { HK_HEAP_THREAD = 0, HK_HEAP_SAMPLES = 1, HK_HEAP_USER = 2, HK_HEAP_DESTROYED = 3 };

@@ -143,7 +143,7 @@ void hk_user_heap_free_own(hk_heap *h, hk_page *page, void *p) {
 
 HK_API hak_heap_t *hak_heap_new(void) {
   hk_init();
-  hk_heap *h = hk_heap_new_user();
+  hk_heap *h = hk_heap_new_user(NULL);
   if (h == NULL) errno = ENOMEM;
   return (hak_heap_t *)h;
 }
@@ -290,4 +290,95 @@ HK_API int hak_heap_visit(hak_heap_t *heap, int (*visitor)(void *block, size_t s
     return -1;
   }
   return r;
+}
+
+/* ---- labels: heaps by name, and a thread's mallocs into a heap ----
+ * A label is a heap with a name, made at the first hak_label of the name
+ * and found by it afterwards (label_lock keeps two threads from making
+ * one name twice). hak_heap_use makes the calling thread's malloc, calloc,
+ * realloc's new blocks and operator new take their blocks from a heap: the
+ * thread's budget stays shut (queue.c, hk_tls_arm), so every such malloc
+ * leaves the fast path for hk_malloc_gated, which sends it here. What a
+ * component allocated is then its heap's, and hak_heap_stats counts it
+ * exactly, whoever frees it. */
+static pthread_mutex_t label_lock = PTHREAD_MUTEX_INITIALIZER;
+
+HK_API hak_heap_t *hak_label(const char *name) {
+  hk_init();
+  if (name == NULL || name[0] == 0 || strlen(name) > HK_LABEL_MAX) {
+    errno = EINVAL;
+    return NULL;
+  }
+  hk_lock(&label_lock);
+  hk_heap *h = hk_heap_find_user(name);
+  if (h == NULL) h = hk_heap_new_user(name);
+  hk_unlock(&label_lock);
+  if (h == NULL) errno = ENOMEM;
+  return (hak_heap_t *)h;
+}
+
+static void *use_alloc(size_t size) {
+  return heap_alloc((hak_heap_t *)hk_tls.use, size, false, "malloc() in hak_heap_use()");
+}
+
+HK_API hak_heap_t *hak_heap_use(hak_heap_t *heap) {
+  hk_init();
+  if (heap != NULL) hk_user_heap_check(heap, "hak_heap_use()");
+  hk_heap *before = hk_tls.use;
+  hk_heap_use_alloc = use_alloc;
+  hk_tls.use = (hk_heap *)heap;
+  hk_tls_arm();
+  return (hak_heap_t *)before;
+}
+
+/* ---- what a heap holds ---- */
+
+/* h's figures (its lock held). */
+static void stats_locked(hk_heap *h, struct hak_heap_stats *st) {
+  memset(st, 0, sizeof *st);
+  memcpy(st->name, h->user_name, sizeof st->name);
+  hk_heap_stash_flush(h); /* (stashed blocks are free, but counted in their page's `used`) */
+  for (unsigned c = 0; c <= HK_NCLASSES; c++) {
+    hk_page *p = c < HK_NCLASSES ? h->queues[c].first : h->full.first;
+    for (; p != NULL; p = p->next) {
+      st->page_bytes += hk_page_span_bytes(p);
+      uintptr_t remote = hk_load_acquire(&p->remote);
+      if ((remote & HK_REMOTE_STATE_MASK) == HK_PAGE_RECLAIMED) continue; /* all free */
+      /* handed out, less those freed onto the remote stack (counted in
+       * its word by the push that freed them) */
+      uint64_t live = hk_page_used(p) - (remote >> HK_REMOTE_COUNT_SHIFT);
+      st->live_blocks += live;
+      st->live_bytes += live * (hk_page_usable(p) - (hk_secure ? HK_SECURE_EXTRA : 0));
+    }
+  }
+  pthread_mutex_lock(&h->spare_lock);
+  st->page_bytes += h->spare_bytes;
+  pthread_mutex_unlock(&h->spare_lock);
+  hk_large_heap_sum(h, &st->live_blocks, &st->live_bytes, &st->large_bytes);
+}
+
+HK_API int hak_heap_stats(hak_heap_t *heap, struct hak_heap_stats *out, size_t size) {
+  hk_heap *h = (hk_heap *)heap;
+  bool took = heap_lock(h, "hak_heap_stats()");
+  if (out == NULL || size < sizeof *out) {
+    heap_unlock(h, took);
+    errno = EINVAL;
+    return -1;
+  }
+  stats_locked(h, out);
+  heap_unlock(h, took);
+  return 0;
+}
+
+/* The figures of up to max labelled heaps, for the reports (inspect.c;
+ * called with no allocator lock held: a heap's lock comes first). */
+size_t hk_user_heap_labels(struct hak_heap_stats *out, size_t max) {
+  hk_heap *h[64];
+  size_t n = hk_heap_labelled(h, max < 64 ? max : 64), k = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool took = hk_spin_lock(&h[i]->user_lock);
+    if (h[i]->kind == HK_HEAP_USER) stats_locked(h[i], &out[k++]); /* (not destroyed since) */
+    if (took) hk_spin_unlock(&h[i]->user_lock);
+  }
+  return k;
 }

@@ -4,6 +4,7 @@
 #include "api.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 
 static const size_t SIZES[] = {0, 1, 8, 16, 24, 100, 1000, 4096, 9000, 70000, 300000, (1 << 20) + 5, 3 << 20};
 #define NSIZES (sizeof SIZES / sizeof SIZES[0])
@@ -242,6 +243,74 @@ static void fork_with_heap(void) {
   printf("test_heaps: 20 forks while a thread allocates from a heap: each child used and destroyed it\n");
 }
 
+/* ---- labels: a thread's mallocs into a named heap, counted exactly ---- */
+enum { LABEL_BLOCKS = 3000 };
+static void *labelled[LABEL_BLOCKS];
+
+static void *free_odd(void *arg) {
+  (void)arg;
+  for (int i = 1; i < LABEL_BLOCKS; i += 2) API(free)(labelled[i]);
+  return NULL;
+}
+
+static void labels(void) {
+  hak_heap_t *a = hak_label("parser");
+  CHECK(a != NULL && hak_label("parser") == a, "hak_label: one heap per name");
+  CHECK(hak_label("lexer") != a, "hak_label: another name, another heap");
+  errno = 0;
+  CHECK(hak_label("") == NULL && errno == EINVAL, "hak_label(\"\"): EINVAL");
+  errno = 0;
+  CHECK(hak_label("a name of more than forty-seven bytes, which is too long") == NULL && errno == EINVAL,
+        "a long label: EINVAL");
+  struct hak_heap_stats st;
+  CHECK(hak_heap_stats(a, &st, sizeof st) == 0 && st.live_blocks == 0 && strcmp(st.name, "parser") == 0,
+        "a new label: %llu blocks, name %s", st.live_blocks, st.name);
+  CHECK(hak_heap_use(a) == NULL, "hak_heap_use: no heap in use before");
+  size_t bytes = 0;
+  for (int i = 0; i < LABEL_BLOCKS; i++) {
+    size_t size = i % 500 == 7 ? (size_t)(2 << 20) : (size_t)(i % 700) + 1;
+    labelled[i] = i % 3 == 0 ? API(calloc)(1, size) : i % 3 == 1 ? API(realloc)(NULL, size) : API(malloc)(size);
+    CHECK(labelled[i] != NULL, "malloc(%zu) in the label", size);
+    bytes += API(malloc_usable_size)(labelled[i]);
+  }
+  CHECK(hak_heap_use(NULL) == a, "hak_heap_use(NULL) returns the heap in use");
+  void *mine = API(malloc)(100); /* the thread's own heap again */
+  CHECK(hak_heap_stats(a, &st, sizeof st) == 0, "hak_heap_stats");
+  /* (hardened mode: malloc_usable_size gives the size asked for, the
+   * statistics the blocks' classes less the canary) */
+  const char *secure = getenv("HAKMEM_SECURE");
+  bool hardened = secure != NULL && atoi(secure) > 0;
+  CHECK(st.live_blocks == LABEL_BLOCKS && (hardened ? st.live_bytes >= bytes : st.live_bytes == bytes),
+        "the label holds %llu blocks, %llu bytes; %d, %zu made", st.live_blocks, st.live_bytes, LABEL_BLOCKS, bytes);
+  unsigned long long before = st.live_bytes;
+  CHECK(st.large_bytes >= 6u * (2 << 20) && st.page_bytes > 0, "large %llu, pages %llu", st.large_bytes, st.page_bytes);
+  /* another thread frees every other block: exact at once */
+  size_t odd = 0;
+  for (int i = 1; i < LABEL_BLOCKS; i += 2) odd += API(malloc_usable_size)(labelled[i]);
+  pthread_t t;
+  pthread_create(&t, NULL, free_odd, NULL);
+  pthread_join(t, NULL);
+  CHECK(hak_heap_stats(a, &st, sizeof st) == 0 && st.live_blocks == LABEL_BLOCKS / 2 &&
+            (hardened ? st.live_bytes < before : st.live_bytes == bytes - odd),
+        "after another thread's frees: %llu blocks, %llu bytes; %d, %zu live", st.live_blocks, st.live_bytes,
+        LABEL_BLOCKS / 2, bytes - odd);
+
+  tally c = {0};
+  CHECK(hak_heap_visit(a, count_block, &c) == 0 && c.blocks == LABEL_BLOCKS / 2, "visit: %zu", c.blocks);
+  char json[4096];
+  hak_stats_json(json, sizeof json);
+  CHECK(strstr(json, "\"labels\":[") != NULL && strstr(json, "\"name\":\"parser\"") != NULL,
+        "the statistics' JSON names the label: %s", json);
+  for (int i = 0; i < LABEL_BLOCKS; i += 2) API(free)(labelled[i]);
+  CHECK(hak_heap_stats(a, &st, sizeof st) == 0 && st.live_blocks == 0 && st.live_bytes == 0, "all freed: %llu",
+        st.live_blocks);
+  API(free)(mine);
+  errno = 0;
+  CHECK(hak_heap_stats(a, &st, 8) == -1 && errno == EINVAL, "hak_heap_stats with a short struct: EINVAL");
+  printf("test_heaps: %d blocks of up to 2 MiB made in a label, counted exactly before and after another thread "
+         "freed half\n", LABEL_BLOCKS);
+}
+
 /* ---- misuse: each reported, naming hakmem ---- */
 static void expect_report(void (*fn)(void), const char *what, const char *words) {
   int fds[2];
@@ -309,6 +378,12 @@ static void realloc_default_block(void) {
   void *p = API(malloc)(10);
   (void)!hak_heap_realloc(a, p, 20);
 }
+static void use_destroyed(void) {
+  hak_heap_t *h = hak_heap_new();
+  hak_heap_use(h);
+  hak_heap_destroy(h);
+  (void)!API(malloc)(hkt_opaque(10));
+}
 static void not_a_heap(void) {
   static char junk[1 << 16];
   (void)!hak_heap_malloc(hkt_opaque_ptr(junk + 4096), 10);
@@ -325,6 +400,7 @@ int main(int argc, char **argv) {
   threads();
   destroy_gives_back();
   fork_with_heap();
+  labels();
   expect_report(free_after_destroy, "free() of a block of a destroyed heap", "double free");
   expect_report(free_large_after_destroy, "free() of a large block of a destroyed heap", "free");
   expect_report(malloc_after_destroy, "hak_heap_malloc() on a destroyed heap", "destroyed");
@@ -332,6 +408,7 @@ int main(int argc, char **argv) {
   expect_report(visitor_allocates, "hak_heap_malloc() from the heap's own visitor", "visitor");
   expect_report(realloc_other_heap, "hak_heap_realloc() of another heap's block", "another heap");
   expect_report(realloc_default_block, "hak_heap_realloc() of a block of no heap", "another heap");
+  expect_report(use_destroyed, "malloc() while the thread uses a destroyed heap", "destroyed");
   expect_report(not_a_heap, "hak_heap_malloc() on memory that is no heap", "hak_heap_new");
   printf("test_heaps: ok\n");
   return 0;
