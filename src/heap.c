@@ -186,6 +186,19 @@ size_t hk_heap_labelled(hk_heap **out, size_t max) {
   return n;
 }
 
+/* malloc_trim: the empty pages and spans of the program's heaps back to
+ * the regions too, from each heap whose lock is free now (another thread
+ * may hold one while it waits for a lock that this caller holds). */
+void hk_heap_trim_users(void) {
+  hk_lock(&user_heaps_lock);
+  for (hk_heap *h = user_heaps; h != NULL; h = h->user_next) {
+    if (!hk_spin_trylock(&h->user_lock)) continue;
+    hk_heap_collect(h, true);
+    hk_spin_unlock(&h->user_lock);
+  }
+  hk_unlock(&user_heaps_lock);
+}
+
 /* A heap the program destroyed, its pages given back: its counters kept,
  * the structure back to the pool. */
 void hk_heap_recycle_user(hk_heap *h) {

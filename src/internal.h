@@ -337,6 +337,7 @@ hk_heap *hk_heap_new_user(const char *name);      /* a heap for the program (use
 hk_heap *hk_heap_find_user(const char *name);     /* the live user heap of that label, or NULL */
 size_t hk_heap_labelled(hk_heap **out, size_t max); /* the live user heaps with a label */
 void hk_heap_recycle_user(hk_heap *h);            /* ... destroyed, its pages given back */
+void hk_heap_trim_users(void);                    /* malloc_trim: their free pages given back */
 void hk_heap_fork_lock_users(void);               /* fork: the program's heaps' locks, first */
 void hk_heap_fork_unlock_users(void);
 

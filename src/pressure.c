@@ -3,7 +3,7 @@
  * releases (the malloc slow path, malloc_trim, the purger's thread), so
  * that no tier calls back up into another to make room.
  *   hk_pressure_release  a mapping failed: empty the caches, then the caller retries once
- *   hk_pressure_trim     malloc_trim: the same, and the calling thread's heap
+ *   hk_pressure_trim     malloc_trim: the same, and the calling thread's heap, and the program's heaps not busy
  *   hk_pressure_purge_pass  the purger's pass: what has been unused for a purge delay */
 #include "internal.h"
 
@@ -61,6 +61,7 @@ int hk_pressure_trim(void) {
   hk_heap *h = hk_tls_heap;
   if (h != &hk_heap_empty) hk_heap_collect(h, true);
   hk_debug_heap(h, true);
+  hk_heap_trim_users();
   bool released = release_cached();
   hk_debug_regions();
   hk_purge_poke = false; /* nothing left to purge */

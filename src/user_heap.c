@@ -55,6 +55,22 @@ hk_heap *hk_user_heap_of(hk_region *r, const void *p) {
   return h != NULL && h->kind == HK_HEAP_USER ? h : NULL;
 }
 
+/* Wake or start the purger (no allocator lock held: starting it
+ * allocates). The C library's records of a thread started here must not
+ * land in a heap this thread uses (hak_heap_use), which the program may
+ * destroy while the thread runs. */
+static void poke_purger(void) {
+  hk_heap *use = hk_tls.use;
+  if (HK_LIKELY(use == NULL)) {
+    hk_purger_poke();
+    return;
+  }
+  hk_tls.use = NULL;
+  hk_purger_poke();
+  hk_tls.use = use;
+  hk_tls_arm(); /* (shut again) */
+}
+
 /* A block of size bytes from h, zeroed if asked, all the way: a large
  * block, a page search, hardened mode. who: the caller, for reports. */
 static HK_NOINLINE void *alloc_slow(hk_heap *h, size_t size, bool zero, const char *who) {
@@ -80,7 +96,7 @@ static HK_NOINLINE void *alloc_slow(hk_heap *h, size_t size, bool zero, const ch
     p = hk_heap_alloc(h, size, cls);
     heap_unlock(h, took);
   }
-  hk_purger_poke(); /* (no allocator lock held: starting the purger allocates) */
+  poke_purger();
   if (HK_UNLIKELY(hk_load_relaxed(&hk_limit_soft_crossed))) hk_pressure_soft();
   if (p == NULL) {
     errno = ENOMEM;
@@ -201,7 +217,7 @@ HK_API void hak_heap_destroy(hak_heap_t *heap) {
   hk_large_free_heap(h);
   heap_unlock(h, took);
   hk_heap_recycle_user(h);
-  hk_purger_poke();
+  poke_purger();
 }
 
 /* ---- hak_heap_visit ---- */
@@ -211,7 +227,18 @@ HK_API void hak_heap_destroy(hak_heap_t *heap) {
 #define VISIT_BLOCKS_MAX (HK_SLAB_SIZE / 8)
 typedef int (*visitor_fn)(void *block, size_t size, void *arg);
 
-/* The page's live blocks: those carved, but not on its free list. */
+/* Does block i of the page reach into a slab the page lent its region
+ * (lend.c: such blocks were free, and left the free list with the slab)? */
+static bool in_lent_slab(const hk_page *page, uint32_t i) {
+  uintptr_t span = hk_page_span_start(page), b0 = page->start + (uintptr_t)i * page->block_size;
+  unsigned k0 = (unsigned)((b0 - span) >> HK_SLAB_SHIFT);
+  unsigned k1 = (unsigned)((b0 + page->block_size - 1 - span) >> HK_SLAB_SHIFT); /* (< 16) */
+  uint32_t slabs = (((uint32_t)2 << k1) - 1) & ~(((uint32_t)1 << k0) - 1);
+  return (page->lent & slabs) != 0;
+}
+
+/* The page's live blocks: those carved, but not on its free list (nor
+ * dropped with a lent slab). */
 static int visit_page(hk_page *page, visitor_fn visitor, void *arg) {
   uint64_t bits[VISIT_BLOCKS_MAX / 64]; /* bit i: block i is free */
   uint32_t cap = page->capacity;
@@ -226,7 +253,7 @@ static int visit_page(hk_page *page, visitor_fn visitor, void *arg) {
     bits[i / 64] |= (uint64_t)1 << (i % 64);
   }
   for (uint32_t i = 0; i < cap; i++) {
-    if (bits[i / 64] & ((uint64_t)1 << (i % 64))) continue;
+    if ((bits[i / 64] & ((uint64_t)1 << (i % 64))) || (page->lent != 0 && in_lent_slab(page, i))) continue;
     hk_block *b = (hk_block *)(page->start + (uintptr_t)i * page->block_size);
     int r = visitor(b, hk_secure ? hk_secure_size_of(page, b) : hk_page_usable(page), arg);
     if (r != 0) return r;

@@ -311,6 +311,48 @@ static void labels(void) {
          "freed half\n", LABEL_BLOCKS);
 }
 
+/* The purger's thread, started while the thread uses a heap: the C
+ * library's records of it (allocated by pthread_create in this thread)
+ * must not land in the heap, which the program may destroy. In a forked
+ * child, which has no purger thread until memory is first given back. */
+static int tasks(void) {
+  int n = 0;
+  char path[64];
+  for (int i = 0; i < 4096; i++) { /* (no opendir: it allocates) */
+    snprintf(path, sizeof path, "/proc/self/task/%d", getpid() + i);
+    n += access(path, F_OK) == 0;
+  }
+  return n;
+}
+
+static void purger_started_in_use(void) {
+  fflush(stdout);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    hak_heap_t *h = hak_heap_new();
+    int before = tasks();
+    hak_heap_use(h);
+    static void *b[20000];
+    for (int round = 0; round < 3; round++) {
+      for (int i = 0; i < 20000; i++) b[i] = API(malloc)(200);
+      for (int i = 10; i < 20000; i++) API(free)(b[i]);
+    }
+    hak_heap_use(NULL);
+    int after = tasks();
+    struct hak_heap_stats st;
+    hak_heap_stats(h, &st, sizeof st);
+    CHECK(after > before, "no thread started (%d, %d): the test shows nothing", before, after);
+    CHECK(st.live_blocks == 30, "the heap holds %llu blocks, 30 made and kept", st.live_blocks);
+    hak_heap_destroy(h);
+    _exit(0);
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: status %#x", status);
+  printf("test_heaps: the purger started while a thread used a heap: its records are not in the heap\n");
+}
+
 /* ---- misuse: each reported, naming hakmem ---- */
 static void expect_report(void (*fn)(void), const char *what, const char *words) {
   int fds[2];
@@ -401,6 +443,7 @@ int main(int argc, char **argv) {
   destroy_gives_back();
   fork_with_heap();
   labels();
+  purger_started_in_use();
   expect_report(free_after_destroy, "free() of a block of a destroyed heap", "double free");
   expect_report(free_large_after_destroy, "free() of a large block of a destroyed heap", "free");
   expect_report(malloc_after_destroy, "hak_heap_malloc() on a destroyed heap", "destroyed");
