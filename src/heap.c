@@ -158,6 +158,7 @@ hk_heap *hk_heap_new_user(const char *name) {
   h->large_first = NULL;
   hk_store_relaxed(&h->visitor, (pthread_t)0);
   h->kind = HK_HEAP_USER;
+  hk_stat_add(user_heaps, 1);
   hk_lock(&user_heaps_lock);
   h->user_prev = NULL;
   h->user_next = user_heaps;

@@ -124,7 +124,7 @@ static void collect(void) {
   s->mapped_bytes = mapped + large;
   s->resident_bytes = (uint64_t)hk_os_current_rss_kb() << 10;
   s->peak_resident_bytes = (uint64_t)hk_os_peak_rss_kb() << 10;
-  s->threads_started = LOAD(heaps_created) - LOAD(sample_heaps);
+  s->threads_started = LOAD(heaps_created) - LOAD(sample_heaps) - LOAD(user_heaps);
   s->threads_exited = LOAD(threads_exited);
   hk_heap_stats mine = {0};
   if (hk_tls_heap != &hk_heap_empty) mine = hk_tls_heap->stats;
@@ -321,6 +321,7 @@ static void print_text(int fd, const hk_usage *u, const struct hak_stats *s, con
   say(fd, "hakmem: process\n");
   line(fd, "threads with a heap now", s->threads, NULL);
   line(fd, "heaps created", LOAD(heaps_created), NULL);
+  line(fd, "heaps made by the program", LOAD(user_heaps), NULL);
   line(fd, "threads exited", LOAD(threads_exited), NULL);
   line(fd, "heaps of exited threads reaped", LOAD(heaps_reaped), NULL);
   line(fd, "peak RSS", s->peak_resident_bytes >> 10, "KiB");

@@ -425,6 +425,7 @@ typedef struct hk_stats {
   _Atomic uint64_t large_unmaps, large_remaps;
   _Atomic uint64_t heaps_created, threads_exited, heaps_reaped;
   _Atomic uint64_t sample_heaps; /* of heaps_created: the heap profiler's (profile.c), no thread's */
+  _Atomic uint64_t user_heaps;   /* of heaps_created: the program's (hak_heap_new, hak_label) */
   _Atomic uint64_t limit_refusals, soft_limit_passes; /* limits.c: mappings refused; soft-limit releases */
   _Atomic uint64_t blocks_purged, block_purge_bytes, slabs_lent;
   _Atomic uint64_t spans_deferred;     /* spans given back while their list's lock was taken (region.c) */
