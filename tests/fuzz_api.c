@@ -508,6 +508,7 @@ static void realloc_op(const opargs *a) {
  * it, visited (every such slot exactly once, nothing else), freed as any
  * block, or dropped all at once when the heap is destroyed. */
 static hak_heap_t *fheap;
+static int secure_mode; /* (defined below) */
 
 typedef struct {
   int count, freeing;
@@ -526,9 +527,9 @@ static int visit_block(void *block, size_t size, void *arg) {
 
 static void heap_op(const opargs *a) {
   slot *sl = &slots[a->s];
-  unsigned v = (unsigned)(a->n % 6);
+  unsigned v = (unsigned)(a->n % 8);
   if (fheap == NULL && v != 4) {
-    fheap = hak_heap_new();
+    fheap = (a->n & 64) ? hak_label("fuzz") : hak_heap_new(); /* (a label: destroyed as any heap) */
     if (fheap == NULL) fail("hak_heap_new returned NULL");
   }
   switch (v) {
@@ -565,6 +566,27 @@ static void heap_op(const opargs *a) {
     visit_state st = {0, v == 5};
     int r = hak_heap_visit(fheap, visit_block, &st);
     if (r != 0 || st.count != live) fail("hak_heap_visit returned %d after %d blocks, %d live", r, st.count, live);
+    break;
+  }
+  case 6: { /* the thread's malloc, calloc or realloc(NULL) into the heap (hak_heap_use) */
+    free_slot(a->s, 0);
+    if (hak_heap_use(fheap) != NULL) fail("hak_heap_use: a heap was in use");
+    int how = (int)(a->n >> 3) % 3;
+    void *p = how == 0 ? hak_malloc(a->size) : how == 1 ? hak_calloc(1, a->size) : hak_realloc(NULL, a->size);
+    if (hak_heap_use(NULL) != fheap) fail("hak_heap_use(NULL) did not return the heap in use");
+    install(a->s, p, a->size, 1, how == 1, "malloc in hak_heap_use");
+    sl->heap = 1;
+    break;
+  }
+  case 7: { /* what the heap holds: its slots exactly */
+    struct hak_heap_stats st;
+    unsigned long long live = 0, bytes = 0;
+    for (int i = 0; i < NSLOTS; i++)
+      if (slots[i].p != NULL && slots[i].heap) live++, bytes += slots[i].usable;
+    if (hak_heap_stats(fheap, &st, sizeof st) != 0) fail("hak_heap_stats failed");
+    if (st.live_blocks != live || (secure_mode == 0 && st.live_bytes != bytes) || st.live_bytes < bytes)
+      fail("hak_heap_stats: %llu blocks, %llu bytes; the slots hold %llu, %llu", st.live_blocks, st.live_bytes, live,
+           bytes);
     break;
   }
   default: /* destroyed: its blocks are gone, unfreed */
