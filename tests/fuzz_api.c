@@ -525,9 +525,15 @@ static int visit_block(void *block, size_t size, void *arg) {
   return 0;
 }
 
+static void heap_misuse(unsigned which, size_t size);
+
 static void heap_op(const opargs *a) {
   slot *sl = &slots[a->s];
   unsigned v = (unsigned)(a->n % 8);
+  if (a->n & 128) { /* a misuse of a heap, in a child (see misuse_op) */
+    heap_misuse((unsigned)(a->n >> 3), a->size);
+    return;
+  }
   if (fheap == NULL && v != 4) {
     fheap = (a->n & 64) ? hak_label("fuzz") : hak_heap_new(); /* (a label: destroyed as any heap) */
     if (fheap == NULL) fail("hak_heap_new returned NULL");
@@ -892,13 +898,20 @@ enum {
   MU_WRITE_FREED_MALLOC, /* free, a write into the freed block's first word, mallocs */
   MU_WRITE_FREED_FREE,   /* free, a write into the freed block, free again */
   MU_OVERFLOW,           /* a byte written just past the request, free */
+  NMISUSE_OP,            /* the kinds OP_MISUSE picks from; the heap operation's below */
+  MU_HEAP_FREE_DESTROYED = NMISUSE_OP, /* a block of a heap freed after its heap was destroyed */
+  MU_HEAP_MALLOC_DESTROYED, /* hak_heap_malloc on a destroyed heap */
+  MU_HEAP_REALLOC_OTHER, /* hak_heap_realloc of another heap's block */
+  MU_HEAP_VISITOR_MALLOC, /* hak_heap_malloc on the heap from its visitor */
   NMISUSE
 };
 
 static const char *const misuse_name[NMISUSE] = {
     "double free", "double free by another thread", "two frees at once", "free of an interior pointer",
     "realloc of a freed block", "free of a stack address", "write into a freed block, then malloc",
-    "write into a freed block, then free", "overflow past the request, then free"};
+    "write into a freed block, then free", "overflow past the request, then free",
+    "free of a destroyed heap's block", "hak_heap_malloc on a destroyed heap", "hak_heap_realloc of another heap's block",
+    "hak_heap_malloc from the heap's visitor"};
 
 /* The ends each misuse may have at HAKMEM_SECURE=0, 1, 2. Writes into
  * freed memory may fault at the write (a freed large block or page can be
@@ -913,6 +926,10 @@ static const unsigned misuse_want[NMISUSE][3] = {
     {END_ANY, END_ANY, END_ANY},
     {END_ANY, END_REPORT | END_FAULT_AT_WRITE, END_REPORT | END_FAULT_AT_WRITE},
     {END_RAN_ON, END_REPORT, END_REPORT},
+    {END_REPORT, END_REPORT, END_REPORT},
+    {END_REPORT, END_REPORT, END_REPORT},
+    {END_REPORT, END_REPORT, END_REPORT},
+    {END_REPORT, END_REPORT, END_REPORT},
 };
 
 static int secure_mode; /* HAKMEM_SECURE, 0..2 */
@@ -962,8 +979,44 @@ static void user_write(void *dst, const void *src, size_t n) {
   in_user_write = 0;
 }
 
+static hak_heap_t *visited_heap;
+static int visitor_mallocs(void *block, size_t size, void *arg) {
+  (void)block, (void)size, (void)arg;
+  (void)!hak_heap_malloc(visited_heap, 16);
+  return 0;
+}
+
+/* The heap misuses (the child). */
+static void heap_misuse_child(unsigned kind, size_t size) {
+  hak_heap_t *h = hak_heap_new(), *other = hak_heap_new();
+  if (h == NULL || other == NULL) fail("misuse: hak_heap_new returned NULL");
+  void *p = hak_heap_malloc(h, size);
+  if (p == NULL) fail("misuse: hak_heap_malloc(%zu) returned NULL", size);
+  switch (kind) {
+  case MU_HEAP_FREE_DESTROYED:
+    hak_heap_destroy(h);
+    hak_free(hkt_opaque_ptr(p));
+    break;
+  case MU_HEAP_MALLOC_DESTROYED:
+    hak_heap_destroy(h);
+    (void)!hak_heap_malloc(hkt_opaque_ptr(h), size);
+    break;
+  case MU_HEAP_REALLOC_OTHER:
+    (void)!hak_heap_realloc(other, p, size + 1);
+    break;
+  default:
+    visited_heap = h;
+    hak_heap_visit(h, visitor_mallocs, NULL);
+    break;
+  }
+}
+
 /* Runs in the child; returning means it ran on. */
 static void misuse_child(unsigned kind, size_t size, uint64_t val) {
+  if (kind >= NMISUSE_OP) {
+    heap_misuse_child(kind, size);
+    return;
+  }
   unsigned char *p = hak_malloc(size);
   unsigned char *keep = hak_malloc(size); /* the page stays in use */
   if (p == NULL || keep == NULL) fail("misuse: malloc(%zu) returned NULL", size);
@@ -1043,15 +1096,22 @@ static void misuse_child(unsigned kind, size_t size, uint64_t val) {
   hak_free(keep);
 }
 
+static void misuse_run(unsigned kind, size_t size, uint64_t val);
+
 static void misuse_op(const opargs *a) {
-  unsigned kind = (unsigned)(a->n % NMISUSE);
+  unsigned kind = (unsigned)(a->n % NMISUSE_OP);
   size_t size = a->size;
   /* the writes stay within the size-class tiers: large blocks' memory is
    * checked by guard pages (tests/test_misuse.c), and a stray write past a
    * large request lands in its page's slack, unchecked */
   if (kind >= MU_WRITE_FREED_MALLOC && size > ((size_t)1 << 20) - 64) size %= ((size_t)1 << 20) - 64;
   if (kind >= MU_WRITE_FREED_MALLOC && size < 8) size = 8;
-  uint64_t val = (uint64_t)a->align * 0x9E3779B97F4A7C15ull ^ a->size;
+  misuse_run(kind, size, (uint64_t)a->align * 0x9E3779B97F4A7C15ull ^ a->size);
+}
+
+/* Runs misuse_child(kind, size, val) in a forked child, and checks how the
+ * child ended against what the mode promises. */
+static void misuse_run(unsigned kind, size_t size, uint64_t val) {
   int fds[2];
   if (pipe(fds) != 0) fail("pipe failed");
   fflush(stdout);
@@ -1102,6 +1162,10 @@ static void misuse_op(const opargs *a) {
     fail("misuse \"%s\" (%zu bytes, HAKMEM_SECURE=%d): the child ended with %s %d; its stderr: %s",
          misuse_name[kind], size, secure_mode, WIFSIGNALED(st) ? "signal" : "status",
          WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), msg);
+}
+
+static void heap_misuse(unsigned which, size_t size) {
+  misuse_run(NMISUSE_OP + which % (NMISUSE - NMISUSE_OP), size, 0);
 }
 
 /* ---- the entry point ---- */
