@@ -403,6 +403,7 @@ size_t hk_user_heap_labels(struct hak_heap_stats *out, size_t max) {
   hk_heap *h[64];
   size_t n = hk_heap_labelled(h, max < 64 ? max : 64), k = 0;
   for (size_t i = 0; i < n; i++) {
+    if (hk_load_relaxed(&h[i]->visitor) == pthread_self()) continue; /* (a report from its visitor: its lock is ours) */
     bool took = hk_spin_lock(&h[i]->user_lock);
     if (h[i]->kind == HK_HEAP_USER) stats_locked(h[i], &out[k++]); /* (not destroyed since) */
     if (took) hk_spin_unlock(&h[i]->user_lock);
