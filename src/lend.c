@@ -107,9 +107,13 @@ static void lend_free_slabs(hk_page *p) {
       keep[kept++] = b;
       continue;
     }
-    /* A block reaches into two slabs at most, one of them lent: the part
-     * in the other is the page's still, and is given back here as a free
-     * block's inside would be (it is on no list now to be purged later). */
+    /* The part of the block outside the lent slabs is the page's still,
+     * and is given back here as a free block's inside would be (it is on
+     * no list now to be purged later): from its start to its last slab
+     * when its first slab stays (a block of a one-block page spans many
+     * slabs: the lent ones between are purged with it, and go to the
+     * region without their memory), or its last slab's part when only
+     * that one stays. */
     unsigned all = lend | p->lent;
     uintptr_t b0 = (uintptr_t)b, b1 = b0 + bs;
     uintptr_t second = span + ((((b1 - 1) - span) >> HK_SLAB_SHIFT) << HK_SLAB_SHIFT);
