@@ -10,7 +10,9 @@
  * blocks and the heap never adopts other threads' pages (queue.c), so its
  * pages hold only its own blocks, and only its pages hold them: destroy
  * can give them all back. Its blocks above 1 MiB are large blocks on the
- * heap's list (large.c).
+ * heap's list (large.c). A label is such a heap with a name, and
+ * hak_heap_use sends a thread's mallocs to a heap (below), so that
+ * hak_heap_stats counts what a component allocated.
  *
  * After hak_heap_destroy, free() of one of its blocks finds no live block
  * and is reported (a double free), as long as no new page has taken the
