@@ -220,9 +220,10 @@ int hak_heap_stats(hak_heap_t *heap, struct hak_heap_stats *out, size_t size);
  * with errno EINVAL (no name, or too long) or ENOMEM. Never destroyed but
  * by hak_heap_destroy. HAKMEM_STATS's report lists every label's figures. */
 hak_heap_t *hak_label(const char *name);
-/* From now on, the calling thread's malloc, calloc, realloc (its new
- * blocks: a block realloc moves stays in its own heap) and operator new
- * take their blocks from heap (NULL: from the thread's own heap again).
+/* From now on, the calling thread's malloc, calloc, realloc (of NULL, or
+ * of a block of no heap that it moves: a heap's block stays in its heap)
+ * and operator new take their blocks from heap (NULL: from the thread's
+ * own heap again).
  * Returns the heap used before, for scopes:
  *   hak_heap_t *outer = hak_heap_use(hak_label("parser")); ... hak_heap_use(outer); */
 hak_heap_t *hak_heap_use(hak_heap_t *heap);
