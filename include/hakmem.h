@@ -218,7 +218,7 @@ int hak_heap_stats(hak_heap_t *heap, struct hak_heap_stats *out, size_t size);
 /* ---- labels: what a component allocated (docs/HEAPS.md) ----
  * The heap labelled name (at most 47 bytes), made at its first call; NULL
  * with errno EINVAL (no name, or too long) or ENOMEM. Never destroyed but
- * by hak_heap_destroy. HAKMEM_STATS's report lists every label's figures. */
+ * by hak_heap_destroy. HAKMEM_STATS's report lists the labels' figures (16 at most). */
 hak_heap_t *hak_label(const char *name);
 /* From now on, the calling thread's malloc, calloc, realloc (of NULL, or
  * of a block of no heap that it moves: a heap's block stays in its heap)
