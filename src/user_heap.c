@@ -154,7 +154,7 @@ void *hk_user_heap_alloc(hk_heap *h, size_t size) { return heap_alloc((hak_heap_
 void hk_user_heap_free_own(hk_heap *h, hk_page *page, void *p) {
   bool took = heap_lock(h, "realloc()");
   h->moving = 1; /* (the page it empties is not held: the buffer moved on, queue.c) */
-  if (hk_page_push(page, p, page->key)) hk_heap_page_emptied(h, page);
+  hk_free_local_push(h, page, p);
   h->moving = 0;
   heap_unlock(h, took);
 }

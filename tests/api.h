@@ -111,9 +111,9 @@ static inline void *hkt_opaque_ptr(void *p) {
   return p;
 }
 
-/* Free p in a forked child: the child must abort (SIGABRT) with a message
- * naming hakmem and the double free; `what` says what p is. */
-static HKT_UNUSED void hkt_expect_double_free(void *p, const char *what) {
+/* Run fn(arg) in a forked child whose stderr goes into msg (size bytes,
+ * NUL-terminated); the child's wait status (fn returning: exit 0). */
+static HKT_UNUSED int hkt_run_child(void (*fn)(void *), void *arg, char *msg, size_t size) {
   int fds[2];
   CHECK(pipe(fds) == 0, "pipe failed");
   fflush(stdout);
@@ -121,16 +121,26 @@ static HKT_UNUSED void hkt_expect_double_free(void *p, const char *what) {
   CHECK(pid >= 0, "fork failed");
   if (pid == 0) {
     dup2(fds[1], 2);
-    API(free)(hkt_opaque_ptr(p));
-    _exit(0); /* not detected */
+    fn(arg);
+    _exit(0);
   }
   close(fds[1]);
-  char msg[512] = {0};
+  memset(msg, 0, size);
   ssize_t n = 0, r;
-  while (n < (ssize_t)sizeof msg - 1 && (r = read(fds[0], msg + n, sizeof msg - 1 - (size_t)n)) > 0) n += r;
+  while (n < (ssize_t)size - 1 && (r = read(fds[0], msg + n, size - 1 - (size_t)n)) > 0) n += r;
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
+  return status;
+}
+
+static HKT_UNUSED void hkt_free_in_child(void *p) { API(free)(hkt_opaque_ptr(p)); }
+
+/* Free p in a forked child: the child must abort (SIGABRT) with a message
+ * naming hakmem and the double free; `what` says what p is. */
+static HKT_UNUSED void hkt_expect_double_free(void *p, const char *what) {
+  char msg[512];
+  int status = hkt_run_child(hkt_free_in_child, p, msg, sizeof msg);
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "freeing %s again did not abort (status %#x)", what,
         status);
   CHECK(strstr(msg, "hakmem") != NULL && strstr(msg, "double free") != NULL, "unexpected message: %s", msg);
