@@ -30,7 +30,7 @@ typedef struct class_tally {
 } class_tally;
 
 /* A twin class (aligned allocation's unpadded blocks) counts as its class. */
-static unsigned size_of_class(unsigned c) { return c < HK_NSIZES ? c : HK_PAD_FIRST + (c - HK_NSIZES); }
+static unsigned size_of_class(unsigned c) { return c < HK_NCLASSES ? hk_class_base[c] : HK_NSIZES; }
 
 #define PEEK(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 

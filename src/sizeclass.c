@@ -20,28 +20,31 @@
  * gets one slab more for that, which costs address space only: the block
  * reaches at most one OS page into it.
  *
- * Padded classes (9 to 60 KiB, HK_PAD_FIRST..HK_PAD_LAST: the classes of
- * pages of several slabs and several blocks): their blocks lie
- * HK_CLASS_PAD (64) bytes further apart than their size. Unpadded, such
- * blocks are a multiple of 1 KiB apart, and those of 12, 16, 20 ... 60 KiB
- * a multiple of 4 KiB: the same offset into neighbouring blocks
- * falls in the same L1 set and has the same low 12 address bits, which the
- * core compares to match a load with earlier stores ("4K aliasing"), so a
- * program that indexes two such arrays together pays for both on every
- * access (glibc's 16-byte chunk headers stagger such blocks by themselves).
- * The pad makes a block 64 * an odd number of bytes long, so neighbours
- * start in different sets, and is not the program's: malloc_usable_size
- * reports the class size. Padded blocks are only 64-aligned, so each padded
- * class has an unpadded twin (classes HK_NSIZES..), which only aligned
- * allocation uses (alloc.c). A span filled exactly by its unpadded blocks
- * holds one block fewer, the RSS the pad costs. The one-slab classes of 4
- * to 8 KiB would lose 1 block in 16 or in 8 of every page, too much RSS for
- * it, so they stay unpadded. */
+ * Padded classes (above 8 KiB, pages of several blocks: 9 to 60 KiB, and
+ * 72 to 104 KiB, 144 and 208 KiB): their blocks lie HK_CLASS_PAD (64)
+ * bytes further apart than their size. Unpadded, such blocks are a
+ * multiple of 1 KiB apart, and those of 12, 16, 20 ... KiB a multiple of
+ * 4 KiB: the same offset into neighbouring blocks falls in the same L1 set
+ * and has the same low 12 address bits, which the core compares to match a
+ * load with earlier stores ("4K aliasing"), so a program that indexes two
+ * such arrays together, or touches each OS page of one block after
+ * another's, pays for both on every access (glibc's 16-byte chunk headers
+ * stagger such blocks by themselves). The pad makes a block 64 * an odd
+ * number of bytes long, so neighbours start in different sets, and is not
+ * the program's: malloc_usable_size reports the class size. Padded blocks
+ * are only 64-aligned, so each padded class has an unpadded twin (classes
+ * HK_NSIZES..), which only aligned allocation uses (alloc.c). A span filled
+ * exactly by its unpadded blocks holds one block fewer, the RSS the pad
+ * costs, so only classes of at least 8 blocks a page take a pad that costs
+ * a block: the one-slab classes of 4 to 8 KiB (16 or 8 blocks: 1 in 16 or
+ * in 8 of every page is too much RSS for it), 96 KiB (2 blocks in 3 slabs)
+ * and 160 KiB (2 in 5) stay unpadded. */
 #include "internal.h"
 
 uint32_t hk_class_size[HK_NCLASSES];
 uint32_t hk_class_block[HK_NCLASSES];
 uint8_t hk_class_twin[HK_NCLASSES];
+uint8_t hk_class_base[HK_NCLASSES];
 uint8_t hk_class_slabs[HK_NCLASSES];
 uint8_t hk_class_colored[HK_NCLASSES];
 uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
@@ -80,40 +83,55 @@ static unsigned span_for(uint32_t bs) {
   return best;
 }
 
-void hk_sizeclass_init(void) {
-  for (unsigned c = 0; c < HK_NCLASSES; c++) {
-    uint32_t size;
-    unsigned sc = c < HK_NSIZES ? c : HK_PAD_FIRST + (c - HK_NSIZES); /* a twin: its class's size */
-    if (sc < HK_SMALL_CLASSES) {
-      size = sc == 0 ? 8 : 16 * sc;
-    } else {
-      unsigned b = 7 + (sc - HK_SMALL_CLASSES) / 8, sub = (sc - HK_SMALL_CLASSES) % 8;
-      size = (uint32_t)((8 + sub + 1) << (b - 3));
+static uint32_t size_of(unsigned c) {
+  if (c < HK_SMALL_CLASSES) return c == 0 ? 8 : 16 * c;
+  unsigned b = 7 + (c - HK_SMALL_CLASSES) / 8, sub = (c - HK_SMALL_CLASSES) % 8;
+  return (uint32_t)((8 + sub + 1) << (b - 3));
+}
+
+/* Whether a class of blocks of this size in spans of n slabs is padded. */
+static bool padded_class(uint32_t size, unsigned n) {
+  uint64_t span = (uint64_t)n * HK_SLAB_SIZE, blocks = span / size;
+  return size > 8192 && blocks >= 2 && (blocks >= 8 || span / (size + HK_CLASS_PAD) == blocks);
+}
+
+/* class c of the given size; its span is the unpadded class's, holding a
+ * block fewer where the blocks filled it: spans chosen anew for the padded
+ * sizes would cost a block that grows through the classes by realloc
+ * several times the page faults */
+static void set_class(unsigned c, uint32_t size, unsigned n, bool padded, bool twin) {
+  hk_class_size[c] = size;
+  hk_class_block[c] = size + (padded ? HK_CLASS_PAD : 0);
+  if (size > 8192 && (uint64_t)n * HK_SLAB_SIZE / size == 1) {
+    if ((uint64_t)n * HK_SLAB_SIZE - size >= (uint64_t)HK_COLORS * 64) {
+      hk_class_colored[c] = HK_COLORED_IN_SPAN;
+    } else if (n < HK_MAX_SPAN_SLABS) {
+      n++;
+      hk_class_colored[c] = HK_COLORED_SLAB;
     }
-    hk_class_size[c] = size;
-    bool padded = c >= HK_PAD_FIRST && c <= HK_PAD_LAST;
-    if (padded) hk_class_twin[c] = (uint8_t)(HK_NSIZES + (c - HK_PAD_FIRST));
-    uint32_t block = size + (padded ? HK_CLASS_PAD : 0);
-    hk_class_block[c] = block;
-    /* the span is the unpadded class's, holding a block fewer where the
-     * blocks filled it: spans chosen anew for the padded sizes would cost a
-     * block that grows through the classes by realloc several times the
-     * page faults */
-    unsigned n = span_for(size);
-    if (size > 8192 && (uint64_t)n * HK_SLAB_SIZE / size == 1) {
-      if ((uint64_t)n * HK_SLAB_SIZE - size >= (uint64_t)HK_COLORS * 64) {
-        hk_class_colored[c] = HK_COLORED_IN_SPAN;
-      } else if (n < HK_MAX_SPAN_SLABS) {
-        n++;
-        hk_class_colored[c] = HK_COLORED_SLAB;
-      }
-    }
-    hk_class_slabs[c] = (uint8_t)n;
-    /* remote.c links cached blocks through their second word */
-    uint32_t fmax = HK_CACHE_CLASS_BYTES / size;
-    /* a twin's blocks would never be taken: malloc never picks the class */
-    hk_class_cache_max[c] = (uint8_t)(size < 16 || c >= HK_NSIZES ? 0 : fmax > 128 ? 128 : fmax);
   }
+  hk_class_slabs[c] = (uint8_t)n;
+  /* remote.c links cached blocks through their second word */
+  uint32_t fmax = HK_CACHE_CLASS_BYTES / size;
+  /* a twin's blocks would never be taken: malloc never picks the class */
+  hk_class_cache_max[c] = (uint8_t)(size < 16 || twin ? 0 : fmax > 128 ? 128 : fmax);
+}
+
+void hk_sizeclass_init(void) {
+  unsigned twin = HK_NSIZES;
+  for (unsigned c = 0; c < HK_NSIZES; c++) {
+    uint32_t size = size_of(c);
+    unsigned n = span_for(size);
+    bool padded = padded_class(size, n);
+    hk_class_base[c] = (uint8_t)c;
+    set_class(c, size, n, padded, false);
+    if (!padded) continue;
+    if (twin == HK_NCLASSES) hk_fatal("size classes: more padded classes than HK_NTWINS", NULL);
+    hk_class_twin[c] = (uint8_t)twin;
+    hk_class_base[twin] = (uint8_t)c;
+    set_class(twin++, size, n, false, true);
+  }
+  if (twin != HK_NCLASSES) hk_fatal("size classes: fewer padded classes than HK_NTWINS", NULL);
   hk_class_lut[0] = 0;
   for (size_t i = 1; i < sizeof(hk_class_lut); i++) {
     size_t size = i * 8; /* (size + 7) >> 3 == i for sizes in (8i-8, 8i] */

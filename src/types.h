@@ -81,25 +81,26 @@ _Static_assert(HK_SLABS <= 64, "a region's slabs fit in a mask");
  * classes that sizes map to. Every block above 8 B is 16-aligned, as
  * glibc's are: C++ compilers assume operator new's result is aligned to
  * __STDCPP_DEFAULT_NEW_ALIGNMENT__ (16) and store to it with aligned SSE
- * moves, and C programs rely on malloc's 16. The blocks of the classes
- * from 9 to 60 KiB lie HK_CLASS_PAD bytes apart more than their size
- * (sizeclass.c), and each of them has a twin class without that pad, for
- * aligned allocation only: HK_NCLASSES classes in all. */
+ * moves, and C programs rely on malloc's 16. The blocks of the padded
+ * classes (above 8 KiB, pages of several blocks: sizeclass.c) lie
+ * HK_CLASS_PAD bytes apart more than their size, and each of them has a
+ * twin class without that pad, for aligned allocation only: HK_NTWINS
+ * twins after the HK_NSIZES classes, HK_NCLASSES classes in all. */
 #define HK_SMALL_MAX 128
 #define HK_SMALL_CLASSES 9               /* 8, 16, 32, ..., 128 */
 #define HK_LUT_MAX 1024                  /* sizes served by the lookup table */
 #define HK_LUT_SLOTS ((HK_LUT_MAX + 7) / 8 + 1) /* one per 8 bytes of size */
 #define HK_MEDIUM_MAX ((size_t)1 << 20)  /* largest size-class block */
 #define HK_NSIZES 113
-#define HK_PAD_FIRST 57                  /* 9 KiB: the first class of pages of several slabs */
-#define HK_PAD_LAST 79                   /* 60 KiB: the last class with pages of several blocks */
+#define HK_NTWINS 29                     /* padded classes: 9-60 KiB, and 72-104, 144 and 208 KiB but 96 */
 #define HK_CLASS_PAD 64
-#define HK_NCLASSES (HK_NSIZES + HK_PAD_LAST - HK_PAD_FIRST + 1)
+#define HK_NCLASSES (HK_NSIZES + HK_NTWINS)
 #define HK_MAX_ALIGN_CLASS ((size_t)64 << 10) /* larger alignments go to the large tier */
 
 extern uint32_t hk_class_size[HK_NCLASSES];  /* what a block of the class holds (requests up to it) */
 extern uint32_t hk_class_block[HK_NCLASSES]; /* how far apart its blocks lie: the size, or size + HK_CLASS_PAD */
 extern uint8_t hk_class_twin[HK_NCLASSES];   /* a padded class's twin (0: none) */
+extern uint8_t hk_class_base[HK_NCLASSES];   /* the class itself, or the padded class a twin stands for */
 extern uint8_t hk_class_slabs[HK_NCLASSES];
 /* Non-zero: the class's pages hold one block that starts at one of
  * HK_COLORS cache-line offsets into its span (page.c); the span has a slab
