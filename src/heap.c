@@ -64,7 +64,10 @@ hk_heap *hk_heap_new(bool for_thread) {
   hk_heap *h = heap_carve();
   hk_unlock(&hk_heap_lock);
   if (h == NULL) return NULL;
+  /* (the purger may be reading a reused heap's stash: under its lock) */
+  bool locked = hk_spin_lock(&h->stash_lock);
   memset(h, 0, offsetof(hk_heap, remote_hint));
+  if (locked) hk_spin_unlock(&h->stash_lock);
   h->held_bytes = 0;
   memset(h->held, 0, sizeof h->held);
   for (unsigned c = 0; c < HK_NCLASSES; c++) hk_heap_set_direct(h, c, &hk_page_empty);

@@ -271,6 +271,8 @@ void hk_heap_rescue_full(hk_heap *h);
 void *hk_heap_alloc(hk_heap *h, size_t size, unsigned cls); /* a block of class cls, NULL: ENOMEM */
 void hk_heap_page_emptied(hk_heap *heap, hk_page *page);
 void hk_heap_stash_flush(hk_heap *h); /* the stashed blocks back to their pages */
+void hk_heap_stash_purge_idle(void);  /* the purger: idle stashes' memory back to the OS */
+bool hk_heap_stash_pending(void);     /* a stash waits for that */
 void hk_free_local_checked(hk_heap *heap, hk_page *page, hk_block *b);
 void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b);
 bool hk_heap_resize_span_block(hk_heap *heap, hk_page *page, size_t size);

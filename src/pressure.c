@@ -80,6 +80,7 @@ void hk_pressure_fork_child(void) { pthread_mutex_init(&pass_lock, NULL); }
 void hk_pressure_purge_pass(void) {
   hk_lock(&pass_lock);
   hk_spares_expire(false);
+  hk_heap_stash_purge_idle();
   hk_region_purge(false);
   hk_large_trim(false);
   hk_abandoned_sweep(true, false);
@@ -91,6 +92,7 @@ void hk_pressure_purge_pass(void) {
 
 bool hk_pressure_pending(void) {
   return hk_region_pending() || hk_large_pending() || hk_abandoned_empty() != 0 || hk_spares_pending() ||
+         hk_heap_stash_pending() ||
          hk_load_acquire(&hk_abandoned_hint);
 }
 

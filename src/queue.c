@@ -38,6 +38,7 @@ void hk_tls_arm(void) {
 void hk_heap_full_remove(hk_heap *h, hk_page *p) {
   hk_assert(hk_page_parked(p) || hk_page_used(p) == 0); /* (or reclaimed: started over) */
   hk_list_remove(&h->full, p);
+  h->full_count--;
   hk_page_set_state(p, HK_USED_NORMAL);
 }
 
@@ -82,6 +83,9 @@ void hk_heap_release_page(hk_heap *h, hk_page *page) {
   h->stats.pages_released++;
   hk_region_free_span(page);
 }
+/* a budget (below) refused class cls a span or a block */
+static void note_refused(uint64_t *bits, unsigned cls) { bits[cls / 64] |= (uint64_t)1 << (cls % 64); }
+
 /* An empty page leaves its class: kept as a spare (spares.c), or given
  * back to its region. */
 static void retire_page(hk_heap *h, hk_page *page) {
@@ -89,7 +93,7 @@ static void retire_page(hk_heap *h, hk_page *page) {
   if (hk_spare_put(h, page)) return;
   /* (realloc's moves and pages with lent slabs are never spares) */
   if (page->block_size >= HK_SLAB_SIZE && !h->moving && !page->lent)
-    h->spare_refused[page->cls / 64] |= (uint64_t)1 << (page->cls % 64);
+    note_refused(h->spare_refused, page->cls);
   hk_heap_release_page(h, page);
 }
 
@@ -99,6 +103,7 @@ static void retire_page(hk_heap *h, hk_page *page) {
 static void full_push(hk_heap *h, hk_page *page) {
   hk_page_set_state(page, HK_USED_FULL);
   hk_list_push_front(&h->full, page);
+  h->full_count++;
 }
 
 /* Park a page with no free block on the full list, so the page search does
@@ -155,27 +160,47 @@ void hk_heap_rescue_full(hk_heap *h) {
  * blocks (below) spare a thread that keeps a few medium blocks of a class
  * live a page search and a span taken and given back every few operations.
  * Only the owner reaches them, so a thread that stops allocating keeps
- * them: they stay within HK_HELD_BYTES. Beyond that, empty pages become
- * spares (spares.c), which the purger gives back once unused for a purge
- * delay; the spare budget of pages of a slab or more starts at
- * HK_SPARE_BYTES and grows by a span each time a class takes a span from
- * the regions after giving one up for want of budget (a span a spare would
- * have saved), up to HK_SPARE_GROWN_MAX more. Every timed purge pass, which
- * also gives back the inside of held pages' free blocks, retires the held
- * pages of classes that made no page search since the pass before, and
- * lowers the spare budget's growth by a quarter. */
+ * them: they stay within HK_HELD_BYTES plus held_grown, which grows by a
+ * block each time a class takes a span after a block of it was refused
+ * the stash for want of budget (a span the stash would have saved), up to
+ * HK_HELD_GROWN_MAX more, and while the budget is smaller than as many
+ * such blocks as the heap has full pages holding live blocks: a program that keeps many such
+ * blocks live, of many classes, needs a stash of many blocks, one that
+ * keeps few live (a buffer growing through the classes) does not, and its
+ * stash would only hold memory. Beyond that, empty pages become spares (spares.c), which the
+ * purger gives back once unused for a purge delay; the spare budget of
+ * pages of a slab or more starts at HK_SPARE_BYTES and grows in the same
+ * way by a span each time a class takes a span from the regions after
+ * giving one up for want of spare budget, up to HK_SPARE_GROWN_MAX more.
+ * Every timed purge pass, which also gives back the inside of held pages'
+ * free blocks, retires the held pages of classes that made no page search
+ * since the pass before, and lowers both budgets' growth by a quarter. */
 static bool held_fits(const hk_heap *h, uint32_t bytes) {
-  return h->held_bytes + h->stash_bytes + bytes <= HK_HELD_BYTES;
+  return h->held_bytes + h->stash_bytes + bytes <= HK_HELD_BYTES + h->held_grown;
 }
 
-/* class cls takes a span from the regions: if it gave one up for want of
- * spare budget since its last, the budget grows by a span of the class */
-static void spare_grow_on_miss(hk_heap *h, unsigned cls) {
+static bool take_refused(uint64_t *bits, unsigned cls) {
   uint64_t bit = (uint64_t)1 << (cls % 64);
-  if (!(h->spare_refused[cls / 64] & bit)) return;
-  h->spare_refused[cls / 64] &= ~bit;
-  uint32_t span = (uint32_t)hk_class_slabs[cls] << HK_SLAB_SHIFT, room = HK_SPARE_GROWN_MAX - h->spare_grown;
-  h->spare_grown += span < room ? span : room;
+  if (!(bits[cls / 64] & bit)) return false;
+  bits[cls / 64] &= ~bit;
+  return true;
+}
+
+/* class cls takes a span from the regions (spare budget) or from anywhere
+ * (held budget): each budget that refused the class a span or a block
+ * since its last grows by one of the class's */
+static void grow_on_miss(hk_heap *h, unsigned cls, bool from_regions) {
+  uint32_t bs = hk_class_block[cls];
+  /* (a stashed block's page may still be queued, not parked) */
+  uint32_t live_full = h->full_count > h->stash_blocks ? h->full_count - h->stash_blocks : 0;
+  if (take_refused(h->stash_refused, cls) && (uint64_t)live_full * bs > HK_HELD_BYTES + h->held_grown) {
+    uint32_t room = HK_HELD_GROWN_MAX - h->held_grown;
+    h->held_grown += bs < room ? bs : room;
+  }
+  if (from_regions && take_refused(h->spare_refused, cls)) {
+    uint32_t span = (uint32_t)hk_class_slabs[cls] << HK_SLAB_SHIFT, room = HK_SPARE_GROWN_MAX - h->spare_grown;
+    h->spare_grown += span < room ? span : room;
+  }
 }
 
 static void retire_page(hk_heap *h, hk_page *page);
@@ -199,6 +224,10 @@ static void pass_review(hk_heap *h) {
     }
   }
   h->spare_grown -= h->spare_grown / 4;
+  /* (not below what the held pages still take: stashed blocks are back) */
+  h->held_grown -= h->held_grown / 4;
+  if (h->held_bytes + h->stash_bytes > HK_HELD_BYTES + h->held_grown)
+    h->held_grown = h->held_bytes + h->stash_bytes - HK_HELD_BYTES;
 }
 
 /* ---- the stash: freed blocks of pages of one block ----
@@ -212,34 +241,59 @@ static void pass_review(hk_heap *h) {
  * blocks then touch no page. A stashed block carries the foreign tag, so
  * freeing it again is a double free. The stash goes back to the pages at
  * the first page search after a timed purge pass (review_due), at
- * malloc_trim and at thread exit; like the held pages, an idle thread's
- * stays until the thread allocates again. */
-static bool stash_put(hk_heap *h, hk_page *page) {
+ * malloc_trim and at thread exit. An idle thread's stays until the thread
+ * allocates again, but once the stash has not changed for a purge delay
+ * the purger gives back its blocks' memory beyond their first OS page
+ * (hk_heap_stash_purge_idle): only the owner may move the blocks, and it
+ * may never allocate again. The owner holds stash_lock around each change
+ * that starts or ends with the stash above HK_HELD_BYTES, and the purger
+ * purges only such stashes: below that, the owner keeps no lock, and an
+ * idle thread keeps at most that much, as it keeps its held pages. */
+static _Atomic bool stash_waiting; /* a stash may be waiting for its purge (hk_heap_stash_purge_idle) */
+
+HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
   uint32_t bs = page->block_size;
   /* (the current page stays current instead, held, and serves the fast
    * path: page_emptied; hardened mode's malloc does not look here) */
-  if (page->reserved != 1 || hk_secure || h->moving || page == h->queues[page->cls].first ||
-      !held_fits(h, bs))
+  if (page->reserved != 1 || hk_secure || h->moving || page == h->queues[page->cls].first) return false;
+  if (!held_fits(h, bs)) {
+    note_refused(h->stash_refused, page->cls);
     return false;
+  }
   /* the block just pushed is the list's head: take it back */
   hk_block *b = page->free;
   page->free = hk_link_next(b, page->key);
   page->used++;
   b->link = hk_foreign_tag(page);
+  /* (a stash beyond HK_HELD_BYTES is the purger's to purge too) */
+  bool above = h->stash_bytes + bs > HK_HELD_BYTES, locked = above && hk_spin_lock(&h->stash_lock);
   (&b->link)[1] = hk_cache_link(h, h->stash[page->cls]);
   h->stash[page->cls] = b;
-  h->stash_bytes += bs;
+  __atomic_store_n(&h->stash_bytes, h->stash_bytes + bs, __ATOMIC_RELAXED);
   h->stash_count[page->cls]++;
+  h->stash_blocks++;
+  if (above) {
+    h->stash_ops++;
+    if (locked) hk_spin_unlock(&h->stash_lock);
+    if (!hk_load_relaxed(&stash_waiting)) { /* (the purger may be asleep) */
+      hk_store_relaxed(&stash_waiting, true);
+      hk_purge_poke = true;
+    }
+  }
   return true;
 }
 
 /* A stashed block of class cls, live again, or NULL. */
-static hk_block *stash_take(hk_heap *h, unsigned cls) {
+HK_INLINE hk_block *stash_take(hk_heap *h, unsigned cls) {
   hk_block *b = h->stash[cls];
   if (b == NULL) return NULL;
+  bool above = h->stash_bytes > HK_HELD_BYTES, locked = above && hk_spin_lock(&h->stash_lock);
   h->stash[cls] = hk_cache_next(h, b); /* (linked as the thread cache is) */
   h->stash_count[cls]--;
-  h->stash_bytes -= hk_page_of(hk_region_of(b), b)->block_size;
+  h->stash_blocks--;
+  __atomic_store_n(&h->stash_bytes, h->stash_bytes - hk_page_of(hk_region_of(b), b)->block_size, __ATOMIC_RELAXED);
+  h->stash_ops += above;
+  if (locked) hk_spin_unlock(&h->stash_lock);
   b->link = 0;
   (&b->link)[1] = 0;
   return b;
@@ -255,6 +309,51 @@ void hk_heap_stash_flush(hk_heap *h) {
       if (hk_page_push(page, b, page->key)) page_emptied(h, page);
     }
   }
+}
+
+bool hk_heap_stash_pending(void) { return hk_load_relaxed(&stash_waiting); }
+
+/* The purger's pass (pressure.c): the stash of each heap whose stash is
+ * above HK_HELD_BYTES and has not changed for a purge delay keeps its
+ * blocks, but their memory beyond
+ * the first OS page (which holds the stash's links) goes back to the OS,
+ * once until the stash changes again. A heap whose lock is taken (its
+ * owner is changing the stash, or was when the process forked) waits for
+ * the next pass. */
+void hk_heap_stash_purge_idle(void) {
+  uint64_t now = hk_os_now_ms();
+  bool waiting = false;
+  /* (cleared first: a stash changed during the walk sets it again) */
+  hk_store_relaxed(&stash_waiting, false);
+  atomic_thread_fence(memory_order_seq_cst);
+  hk_lock(&hk_heap_lock);
+  for (hk_heap *h = hk_all_heaps; h != NULL; h = h->all_next) {
+    if (!hk_spin_trylock(&h->stash_lock)) {
+      waiting = true;
+      continue;
+    }
+    if (__atomic_load_n(&h->stash_bytes, __ATOMIC_RELAXED) <= HK_HELD_BYTES) {
+      hk_spin_unlock(&h->stash_lock);
+      continue;
+    }
+    if (h->stash_ops != h->stash_seen_ops) {
+      h->stash_seen_ops = h->stash_ops;
+      h->stash_seen_ms = now;
+      h->stash_purged = 0;
+    } else if (!h->stash_purged && now >= h->stash_seen_ms + (uint64_t)hk_opt.purge_delay_ms) {
+      h->stash_purged = 1;
+      for (unsigned c = 0; c < HK_NCLASSES; c++)
+        for (hk_block *b = h->stash[c]; b != NULL; b = hk_cache_next(h, b)) {
+          uintptr_t lo = ((uintptr_t)b + 2 * sizeof(uintptr_t) + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
+          uintptr_t hi = ((uintptr_t)b + hk_page_of(hk_region_of(b), b)->block_size) & ~(uintptr_t)(HK_OS_PAGE - 1);
+          if (hi > lo) hk_os_purge((void *)lo, hi - lo);
+        }
+    }
+    waiting |= !h->stash_purged;
+    hk_spin_unlock(&h->stash_lock);
+  }
+  hk_unlock(&hk_heap_lock);
+  if (waiting) hk_store_relaxed(&stash_waiting, true);
 }
 
 /* Called by free() when a page became empty, or when it received a block
@@ -335,6 +434,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
 static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned room) {
   if (room) hk_spares_release_big(h);
   hk_page *page = room ? NULL : hk_spare_take(h, cls, nslabs);
+  if (!room) grow_on_miss(h, cls, page == NULL);
   /* the colour slab (sizeclass.c) of a span last used otherwise may hold
    * committed memory that the block will not use: the heap's next pass over
    * its medium pages (hk_heap_purge_blocks) gives it back (a spare of the
@@ -342,7 +442,6 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
    * madvise per page taken, which dominates when medium blocks churn. */
   bool tail_dirty = page != NULL && page->cls != cls;
   if (page == NULL) {
-    if (!room) spare_grow_on_miss(h, cls);
     hk_slabmask dirty = 0;
     bool grew = false;
     page = hk_region_alloc_span(nslabs, cls, &dirty, room, h->region_list, &grew);
@@ -420,7 +519,8 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     hk_heap_purge_blocks(h, false);
     /* a timed pass: the stash goes back at the next search's start (not
      * here, in the middle of this class's) */
-    if (h->block_purge_ms != timed && (h->stash_bytes | h->held_bytes | h->spare_grown) != 0) h->review_due = 1;
+    if (h->block_purge_ms != timed && (h->stash_bytes | h->held_bytes | h->spare_grown | h->held_grown) != 0)
+      h->review_due = 1;
   }
   if (hk_load_relaxed(&hk_abandoned_hint)) hk_abandoned_sweep(false, false);
   hk_page *p = fresh_page(h, cls, hk_class_slabs[cls], 0);

@@ -67,6 +67,7 @@ _Static_assert(HK_SLABS <= 64, "a region's slabs fit in a mask");
 #define HK_SPARE_BYTES ((uint32_t)2 << 20) /* ... of which it keeps after a purge delay or a growth purge */
 #define HK_SPARE_GROWN_MAX ((uint32_t)48 << 20) /* the spare budget's growth at most (queue.c) */
 #define HK_HELD_BYTES ((uint32_t)2 << 20)  /* emptied pages a heap keeps in their class queues (carved bytes) */
+#define HK_HELD_GROWN_MAX ((uint32_t)14 << 20) /* that budget's growth at most (queue.c) */
 
 /* Address space covered by the ownership bitmap (48-bit user space). */
 #define HK_VA_BITS 48
@@ -317,7 +318,13 @@ typedef struct hk_heap {
                                      its carved bytes then (0: not so), queue.c */
   hk_block *stash[HK_NCLASSES];   /* freed blocks of pages of one block, kept live in their page
                                      (queue.c); linked through their second word */
-  uint32_t stash_bytes;           /* their block sizes, summed: with held_bytes, within HK_HELD_BYTES */
+  uint32_t stash_bytes;           /* their block sizes, summed: with held_bytes, within HK_HELD_BYTES
+                                     plus held_grown */
+  uint32_t held_grown;            /* the held budget's growth (queue.c) */
+  uint32_t full_count;            /* pages on `full` (stashed blocks' pages among them) */
+  uint32_t stash_blocks;          /* blocks in stash[], all classes */
+  uint64_t stash_refused[(HK_NCLASSES + 63) / 64]; /* bit c: a freed block of class c was not
+                                     stashed for want of held budget since the class last took a span */
   uint16_t stash_count[HK_NCLASSES]; /* blocks in stash[c] (statistics: live blocks, stats.c) */
   uint32_t spare_grown;           /* the spare budget's growth (queue.c, spares.c) */
   uint64_t spare_refused[(HK_NCLASSES + 63) / 64]; /* bit c: class c gave a span back for want of
@@ -353,6 +360,13 @@ typedef struct hk_heap {
                                      (singly linked; spare_lock: the purger takes old ones) */
   uint32_t spare_bytes;           /* spare_lock */
   pthread_mutex_t spare_lock;
+  /* the same for the stash's purge (queue.c, hk_heap_stash_purge_idle):
+   * a reused heap's stash is empty, its lock free */
+  _Atomic uint32_t stash_lock;    /* the owner's changes to the stash, the purger's purge of it */
+  uint32_t stash_ops;             /* the owner's stash changes above HK_HELD_BYTES (stash_lock) */
+  uint32_t stash_seen_ops;        /* the purger's: stash_ops when it last saw them change ... */
+  uint64_t stash_seen_ms;         /* ... and when */
+  uint8_t stash_purged;           /* the purger's: the stash's memory was given back since then */
   struct hk_heap *all_next;       /* every heap ever made (spares.c: the purger's walk) */
   uint32_t region_list;           /* its number: the region list its spans come from first is this
                                      modulo the lists' count (region.c); fixed

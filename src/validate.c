@@ -92,6 +92,7 @@ void hk_debug_heap(const hk_heap *h, bool deep) {
   for (unsigned i = 0; i < HK_LUT_SLOTS; i++) hk_assert(h->by_size[i] == h->direct[hk_class_lut[i]]);
   uint32_t nfull = 0;
   CHECK_LIST(&h->full, hk_page, nfull);
+  hk_assert(nfull == h->full_count);
   for (const hk_page *p = h->full.first; p != NULL; p = p->next) {
     hk_assert(hk_page_parked(p));
     hk_assert(hk_load_relaxed(&((hk_page *)p)->heap) == tag);
@@ -100,7 +101,8 @@ void hk_debug_heap(const hk_heap *h, bool deep) {
   }
   hk_assert(h->free_owner == h || h->free_owner == HK_NO_OWNER(h));
   hk_assert(held == h->held_bytes);
-  hk_assert(h->held_bytes + h->stash_bytes <= HK_HELD_BYTES && h->spare_grown <= HK_SPARE_GROWN_MAX);
+  hk_assert(h->held_bytes + h->stash_bytes <= HK_HELD_BYTES + h->held_grown && h->held_grown <= HK_HELD_GROWN_MAX &&
+            h->spare_grown <= HK_SPARE_GROWN_MAX);
 }
 
 #endif /* HAKMEM_DEBUG */

@@ -559,6 +559,38 @@ static void test_class_padding(void) {
   }
 }
 
+/* A thread that keeps many blocks of a page each (64 KiB and up) live, of
+ * several sizes, and replaces the oldest one at a time: the stash
+ * (queue.c) grows to hold freed blocks of all those classes, so a malloc
+ * takes a stashed block instead of a new page (and a free keeps its page).
+ * Not in hardened mode (no stash), nor where timed purge passes, which
+ * give the stash back, come every few operations. */
+static void test_stash_grows(void) {
+  const char *delay = getenv("HAKMEM_PURGE_DELAY_MS");
+  if (hkt_hardened() || (delay != NULL && atol(delay) < 100)) return;
+  static const size_t sizes[] = {65536, 114688, 122880, 131072, 180224, 196608, 229376, 245760};
+  enum { LIVE = 64, OPS = 20000 };
+  void *p[LIVE];
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < LIVE; i++) {
+    p[i] = API(malloc)(sizes[i % 8]);
+    CHECK(p[i] != NULL, "malloc failed");
+    *(char *)p[i] = 1;
+  }
+  long before = hkt_stat("pages acquired (this+exited threads)");
+  for (int op = 0; op < OPS; op++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    int k = op % LIVE;
+    API(free)(p[k]);
+    p[k] = API(malloc)(sizes[x % 8]);
+    CHECK(p[k] != NULL, "malloc failed");
+    *(char *)p[k] = 1;
+  }
+  long taken = hkt_stat("pages acquired (this+exited threads)") - before;
+  CHECK(taken < OPS / 20, "%d mallocs of 64-240 KiB (64 live) took %ld new pages", OPS, taken);
+  for (int i = 0; i < LIVE; i++) API(free)(p[i]);
+}
+
 int main(void) {
   compute_classes();
   pool_reserve(16384);
@@ -574,6 +606,7 @@ int main(void) {
 #endif
   RUN(test_size_class_bounds);
   RUN(test_class_padding);
+  RUN(test_stash_grows);
   RUN(test_hardened_carving);
   RUN(test_hardened_quarantine);
   API(free)(pool);
