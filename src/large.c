@@ -436,8 +436,14 @@ static hk_region *map_large(size_t need, size_t align) {
     r = NULL;
   }
   if (r == NULL) return NULL;
+  /* Huge pages past the 2 MiB that hold the header: the header's write
+   * would otherwise fault a whole huge page into every block, touched by
+   * the program or not (a block it writes only the start of, or never,
+   * would take 2 MiB of RSS). */
   int thp = hk_thp_advice(need, false);
-  if (thp != 0) hk_os_huge(r, need, thp > 0);
+  uintptr_t huge = ((uintptr_t)r + HK_HUGE_PAGE) & ~(HK_HUGE_PAGE - 1);
+  if (thp < 0) hk_os_huge(r, need, false);
+  else if (thp > 0 && huge < (uintptr_t)r + need) hk_os_huge((void *)huge, (uintptr_t)r + need - huge, true);
   r->magic = HK_MAGIC_REGION;
   r->kind = HK_KIND_LARGE;
   r->map_size = need;

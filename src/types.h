@@ -62,6 +62,7 @@ _Static_assert(HK_SLABS <= 64, "a region's slabs fit in a mask");
 #define HK_REGION_LISTS_MAX 64           /* may run on, within these bounds (region.c) */
 #define HK_MAX_SPAN_SLABS 16             /* largest page: 1 MiB */
 #define HK_OS_PAGE 4096
+#define HK_HUGE_PAGE ((uintptr_t)2 << 20) /* a transparent huge page (x86-64, aarch64 with 4 KiB pages) */
 #define HK_LARGE_HEADER 4096             /* bytes before a large block's data */
 #define HK_SPARE_MAX ((uint32_t)16 << 20)  /* empty spans a heap keeps for reuse (spares.c) */
 #define HK_SPARE_BYTES ((uint32_t)2 << 20) /* ... of which it keeps after a purge delay or a growth purge */

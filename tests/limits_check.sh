@@ -5,7 +5,7 @@
 # hierarchy): a program that fills memory in a cgroup limited to 128 MiB
 # gets NULL from malloc instead of being killed by the OOM killer.
 # And HAKMEM_THP: never gives a 64 MiB block no huge page, always some
-# (where the kernel has THP on).
+# (where the kernel has THP on), but none to a block written at its start only.
 # Usage: limits_check.sh TEST_LIMITS
 set -eu
 prog=$1
@@ -34,6 +34,11 @@ if grep -q '\[never\]' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null |
   echo "limits_check: the kernel has THP off: HAKMEM_THP=always not checked"
 else
   [ "$always" -gt 0 ] || { echo "FAIL: no huge page with HAKMEM_THP=always"; exit 1; }
+  # a block written only at its start takes no huge page (the header's
+  # 2 MiB are left out of the advice)
+  first=$(HAKMEM_THP=always "$prog" thp_first | sed -n 's/^RssAdded //p')
+  echo "limits_check: RSS added by a 64 MiB block written at its first byte only: $first KiB with always"
+  [ "$first" -lt 1024 ] || { echo "FAIL: a block written at its start only took a huge page's RSS"; exit 1; }
 fi
 
 # a real cgroup: a child of this process's own

@@ -63,6 +63,19 @@ static void put(const char *dir, const char *name, unsigned long long v) {
   close(fd);
 }
 
+/* a figure of /proc/self/smaps_rollup, in KiB */
+static unsigned long smaps_kb(const char *name) {
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  CHECK(f != NULL, "/proc/self/smaps_rollup: %s", strerror(errno));
+  char line[256];
+  unsigned long kb = 0;
+  size_t n = strlen(name);
+  while (fgets(line, sizeof line, f) != NULL)
+    if (strncmp(line, name, n) == 0) kb = strtoul(line + n, NULL, 10);
+  fclose(f);
+  return kb;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "";
   const size_t MiB = (size_t)1 << 20;
@@ -130,17 +143,14 @@ int main(int argc, char **argv) {
     printf("test_limits: cgroup: OK (the handler called %u times)\n", handler_calls);
     return 0;
   }
-  if (strcmp(mode, "thp") == 0) {
+  if (strcmp(mode, "thp") == 0 || strcmp(mode, "thp_first") == 0) {
+    /* thp_first: only the block's first byte written; the RSS it added */
+    unsigned long rss0 = smaps_kb("Rss:");
     char *p = malloc(64 * MiB);
     CHECK(p != NULL, "malloc(64 MiB)");
-    for (size_t i = 0; i < 64 * MiB; i += 4096) p[i] = 1;
-    FILE *f = fopen("/proc/self/smaps_rollup", "r");
-    CHECK(f != NULL, "/proc/self/smaps_rollup: %s", strerror(errno));
-    char line[256];
-    unsigned long kb = 0;
-    while (fgets(line, sizeof line, f) != NULL) sscanf(line, "AnonHugePages: %lu kB", &kb);
-    fclose(f);
-    printf("AnonHugePages %lu\n", kb);
+    for (size_t i = 0; i < (mode[3] ? 1 : 64 * MiB); i += 4096) p[i] = 1;
+    printf("AnonHugePages %lu\n", smaps_kb("AnonHugePages:"));
+    printf("RssAdded %lu\n", smaps_kb("Rss:") - rss0);
     free(p);
     return 0;
   }
