@@ -21,6 +21,16 @@ HK_INLINE uintptr_t purged_mark(const hk_page *page, const hk_block *b) {
   return page->key ^ (uintptr_t)b ^ b->link ^ HK_PURGED_TAG;
 }
 
+/* Give back a freed block's memory but its first OS page's (its first two
+ * words hold a list's link and a mark); the bytes given back. */
+uint64_t hk_block_purge_inside(void *b, uint32_t bs) {
+  uintptr_t lo = ((uintptr_t)b + 2 * sizeof(uintptr_t) + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
+  uintptr_t hi = ((uintptr_t)b + bs) & ~(uintptr_t)(HK_OS_PAGE - 1);
+  if (hi <= lo) return 0;
+  hk_os_purge((void *)lo, hi - lo);
+  return hi - lo;
+}
+
 void hk_page_purge_free_blocks(hk_page *page) {
   uintptr_t key = page->key, start = page->start;
   uint32_t bs = page->block_size, area = hk_page_area(page), n = 0;
@@ -33,13 +43,9 @@ void hk_page_purge_free_blocks(hk_page *page) {
     /* hardened mode 2 keeps a free block zero but for its link: no mark
      * there, and its only pass, malloc_trim's, purges again every time */
     if (!hk_secure_zero && *mark == purged_mark(page, b)) continue;
-    uintptr_t lo = ((uintptr_t)(mark + 1) + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
-    uintptr_t hi = ((uintptr_t)b + bs) & ~(uintptr_t)(HK_OS_PAGE - 1);
-    if (hi > lo) {
-      hk_os_purge((void *)lo, hi - lo);
-      bytes += hi - lo;
-      n++;
-    }
+    uint64_t given = hk_block_purge_inside(b, bs);
+    bytes += given;
+    n += given != 0;
     if (!hk_secure_zero) *mark = purged_mark(page, b);
   }
   if (n) {

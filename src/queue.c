@@ -164,11 +164,12 @@ void hk_heap_rescue_full(hk_heap *h) {
  * block each time a class takes a span after a block of it was refused
  * the stash for want of budget (a span the stash would have saved), up to
  * HK_HELD_GROWN_MAX more, and while the budget is smaller than as many
- * such blocks as the heap has full pages holding live blocks: a program that keeps many such
- * blocks live, of many classes, needs a stash of many blocks, one that
- * keeps few live (a buffer growing through the classes) does not, and its
- * stash would only hold memory. Beyond that, empty pages become spares (spares.c), which the
- * purger gives back once unused for a purge delay; the spare budget of
+ * such blocks as the heap has full pages holding live blocks: a program
+ * that keeps many such blocks live, of many classes, needs a stash of many
+ * blocks, one that keeps few live (a buffer growing through the classes)
+ * does not, and its stash would only hold memory. Beyond that, empty pages
+ * become spares (spares.c), which the purger gives back once unused for a
+ * purge delay; the spare budget of
  * pages of a slab or more starts at HK_SPARE_BYTES and grows in the same
  * way by a span each time a class takes a span from the regions after
  * giving one up for want of spare budget, up to HK_SPARE_GROWN_MAX more.
@@ -315,11 +316,10 @@ bool hk_heap_stash_pending(void) { return hk_load_relaxed(&stash_waiting); }
 
 /* The purger's pass (pressure.c): the stash of each heap whose stash is
  * above HK_HELD_BYTES and has not changed for a purge delay keeps its
- * blocks, but their memory beyond
- * the first OS page (which holds the stash's links) goes back to the OS,
- * once until the stash changes again. A heap whose lock is taken (its
- * owner is changing the stash, or was when the process forked) waits for
- * the next pass. */
+ * blocks, but their memory beyond the first OS page (which holds the
+ * stash's links) goes back to the OS, once until the stash changes again.
+ * A heap whose lock is taken (its owner is changing the stash, or was when
+ * the process forked) waits for the next pass. */
 void hk_heap_stash_purge_idle(void) {
   uint64_t now = hk_os_now_ms();
   bool waiting = false;
@@ -342,12 +342,12 @@ void hk_heap_stash_purge_idle(void) {
       h->stash_purged = 0;
     } else if (!h->stash_purged && now >= h->stash_seen_ms + (uint64_t)hk_opt.purge_delay_ms) {
       h->stash_purged = 1;
+      uint64_t n = 0, bytes = 0;
       for (unsigned c = 0; c < HK_NCLASSES; c++)
-        for (hk_block *b = h->stash[c]; b != NULL; b = hk_cache_next(h, b)) {
-          uintptr_t lo = ((uintptr_t)b + 2 * sizeof(uintptr_t) + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
-          uintptr_t hi = ((uintptr_t)b + hk_page_of(hk_region_of(b), b)->block_size) & ~(uintptr_t)(HK_OS_PAGE - 1);
-          if (hi > lo) hk_os_purge((void *)lo, hi - lo);
-        }
+        for (hk_block *b = h->stash[c]; b != NULL; b = hk_cache_next(h, b), n++)
+          bytes += hk_block_purge_inside(b, hk_page_of(hk_region_of(b), b)->block_size);
+      hk_stat_add(blocks_purged, n);
+      hk_stat_add(block_purge_bytes, bytes);
     }
     waiting |= !h->stash_purged;
     hk_spin_unlock(&h->stash_lock);
