@@ -30,7 +30,7 @@ pthread_mutex_t hk_large_lock = HK_SPIN_MUTEX_INITIALIZER;
 #define LARGE_HEAD (HK_LARGE_HEADER + HK_GUARD) /* the header's page and the guard page */
 #define LARGE_META sizeof(hk_page) /* the header's bytes (the region record, slot 0): where unguarded data may start */
 
-/* The cache: up to CACHE_MAX entries (hk_opt.large_cache_max), each a
+/* The cache: up to CACHE_MAX entries (see cache_entries_limit), each a
  * freed mapping, indexed by size in bins of eight per power of two (the
  * size classes' spacing), so that a request finds a mapping of its own size
  * without a search. A new mapping's size is rounded up to a bin's lower
@@ -43,7 +43,7 @@ pthread_mutex_t hk_large_lock = HK_SPIN_MUTEX_INITIALIZER;
  * in one array beside the bins: the headers of 4 MiB-aligned mappings all
  * fall in the same cache sets, and walks that read them would miss on
  * every entry. Everything here is under hk_large_lock. */
-#define CACHE_MAX 512
+#define CACHE_MAX 4096
 #define NIL 0 /* entries are numbered from 1: zeroed lists are empty */
 #define BIN_MIN_SHIFT 16 /* bin 0: below 64 KiB */
 #define NBINS 256
@@ -83,28 +83,44 @@ static struct {
 #define CACHE_RESIDENT_MAX ((size_t)8 << 20)
 #define CACHE_HOT_MS 10
 
-/* Bytes the program asked for in its live large blocks, and their peak
- * over the current and the previous window of the purge delay: the
- * "recently live" that bounds what a reused mapping may hold beyond its
- * block (a mapping is reused for a smaller block whole, so its pages need
- * not be faulted in again when a larger one follows) and how many bytes
- * the cache may hold. */
-static _Atomic size_t live_asked;
-static size_t peak_cur, peak_prev; /* hk_large_lock */
+/* Bytes the program asked for in its live large blocks and how many blocks
+ * those are, and their peaks over the current and the previous window of
+ * the purge delay: the "recently live" that bounds what a reused mapping
+ * may hold beyond its block (a mapping is reused for a smaller block whole,
+ * so its pages need not be faulted in again when a larger one follows) and
+ * how many bytes and entries the cache may hold. */
+static _Atomic size_t live_asked, live_blocks;
+typedef struct { size_t bytes, blocks; } live_sum;
+static live_sum peak_cur, peak_prev; /* hk_large_lock */
 static uint64_t peak_at;
 
-/* The peak of live_asked (plus `adding`, a block being allocated) over
- * the last one to two purge delays. Under hk_large_lock. */
-static size_t recent_live_locked(uint64_t now, size_t adding) {
-  size_t live = hk_load_relaxed(&live_asked) + adding;
+/* The peaks of live_asked and live_blocks (plus `adding` bytes in one
+ * block, when a block is being allocated) over the last one to two purge
+ * delays. Under hk_large_lock. */
+static live_sum recent_live_locked(uint64_t now, bool allocating, size_t adding) {
+  live_sum live = {hk_load_relaxed(&live_asked) + adding, hk_load_relaxed(&live_blocks) + allocating};
   uint64_t w = (uint64_t)hk_opt.purge_delay_ms;
   if (now >= peak_at + w) {
-    peak_prev = now >= peak_at + 2 * w ? 0 : peak_cur;
-    peak_cur = 0;
+    peak_prev = now >= peak_at + 2 * w ? (live_sum){0, 0} : peak_cur;
+    peak_cur = (live_sum){0, 0};
     peak_at = now;
   }
-  if (live > peak_cur) peak_cur = live;
-  return peak_cur > peak_prev ? peak_cur : peak_prev;
+  if (live.bytes > peak_cur.bytes) peak_cur.bytes = live.bytes;
+  if (live.blocks > peak_cur.blocks) peak_cur.blocks = live.blocks;
+  return (live_sum){peak_cur.bytes > peak_prev.bytes ? peak_cur.bytes : peak_prev.bytes,
+                    peak_cur.blocks > peak_prev.blocks ? peak_cur.blocks : peak_prev.blocks};
+}
+
+/* How many entries the cache may hold: the option's, or twice as many as
+ * large blocks were recently live if that is more (a program that frees a
+ * thousand blocks in a burst and allocates as many again finds them all
+ * cached), at most CACHE_MAX; 0 when the option is 0. The entries cost
+ * address space and a header page each: the resident budget
+ * (cache_enforce_budget_locked) and the purge delay bound the rest. */
+static unsigned cache_entries_limit(live_sum recent) {
+  size_t n = (size_t)hk_opt.large_cache_max;
+  if (n != 0 && 2 * recent.blocks > n) n = 2 * recent.blocks;
+  return n < CACHE_MAX ? (unsigned)n : CACHE_MAX;
 }
 
 static size_t data_page(const hk_region *r);
@@ -328,10 +344,19 @@ void hk_large_set_sampled(void *p) {
   r->large_sampled = 1;
 }
 
+/* Victims taken out of the cache and not yet unmapped, by any thread: a
+ * forced trim (a mapping failed, hk_pressure_release) waits for them, or
+ * its caller's retry could fail while another thread still unmaps what it
+ * took from the cache. */
+static _Atomic unsigned victims_pending;
+
 /* r is to be unmapped once the lock is dropped: it stops counting as
- * mapped now. Under hk_large_lock. */
-static void victim(hk_region **out, unsigned *n, hk_region *r) {
-  out[(*n)++] = r;
+ * mapped now and joins the chain of victims, linked through `next` (their
+ * headers: nothing else refers to them). Under hk_large_lock. */
+static void victim(hk_region **chain, hk_region *r) {
+  r->next = *chain;
+  *chain = r;
+  hk_add_relaxed(&victims_pending, 1);
   hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size);
 }
 
@@ -342,16 +367,23 @@ static void unmap_large(hk_region *r) {
   hk_os_unmap(r, r->map_size);
 }
 
+static void unmap_victims(hk_region *chain) {
+  while (chain != NULL) {
+    hk_region *next = chain->next;
+    unmap_large(chain);
+    atomic_fetch_sub_explicit(&victims_pending, 1, memory_order_release);
+    chain = next;
+  }
+}
+
 /* Take expired (or, with force, all) entries out of the cache; the caller
  * unmaps them after dropping the lock. */
-static unsigned cache_expire_locked(hk_region **out, bool force) {
+static void cache_expire_locked(hk_region **chain, bool force) {
   uint64_t now = hk_os_now_ms();
-  unsigned n = 0;
   for (unsigned i; (i = cache_oldest()) != NIL;) {
     if (!force && now < ent[i].at_ms + (uint64_t)hk_opt.purge_delay_ms) break;
-    victim(out, &n, cache_remove(i));
+    victim(chain, cache_remove(i));
   }
-  return n;
 }
 
 bool hk_large_pending(void) {
@@ -362,13 +394,15 @@ bool hk_large_pending(void) {
 }
 
 bool hk_large_trim(bool force) {
-  hk_region *victims[CACHE_MAX];
+  hk_region *victims = NULL;
   hk_lock(&hk_large_lock);
-  unsigned n = cache_expire_locked(victims, force);
+  cache_expire_locked(&victims, force);
   cache_enforce_budget_locked(hk_os_now_ms());
   hk_unlock(&hk_large_lock);
-  for (unsigned i = 0; i < n; i++) unmap_large(victims[i]);
-  return n > 0;
+  unmap_victims(victims);
+  if (force)
+    while (hk_load_acquire(&victims_pending) != 0) sched_yield();
+  return victims != NULL;
 }
 
 /* The guard page after the header's page, in every mode; hardened mode
@@ -495,7 +529,7 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
   hk_region *r = NULL;
   bool grow = false, trim = false;
   hk_lock(&hk_large_lock);
-  size_t recent = recent_live_locked(hk_os_now_ms(), size);
+  size_t recent = recent_live_locked(hk_os_now_ms(), true, size).bytes;
   unsigned k = bin_of(need), best = NIL;
   /* entries of bin k may be smaller than need */
   if (bin_size(k) < need) k++;
@@ -648,6 +682,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   r->large_sampled = 0;
   r->large_heap = NULL;
   hk_add_relaxed(&live_asked, size);
+  hk_add_relaxed(&live_blocks, 1);
   hk_stat_add(large_allocs, 1);
   char *p = (char *)r + off;
   if (zero && !r->large_zero) memset(p, 0, size);
@@ -655,8 +690,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
 }
 
 void hk_large_free(hk_region *r, void *p) {
-  hk_region *victims[CACHE_MAX + 1];
-  unsigned nv = 0;
+  hk_region *victims = NULL;
   if (r->large_sampled && (char *)p == (char *)r + r->user_offset) { /* (before the lock: profile.c's is first) */
     r->large_sampled = 0;
     hk_profile_forget(p);
@@ -672,6 +706,7 @@ void hk_large_free(hk_region *r, void *p) {
   }
   hk_stat_add(large_frees, 1);
   hk_sub_relaxed(&live_asked, r->user_size);
+  hk_sub_relaxed(&live_blocks, 1);
   heap_unlink_locked(r);
   if (r->large_detached) {
     hk_list_remove(&detached, r);
@@ -682,27 +717,27 @@ void hk_large_free(hk_region *r, void *p) {
     return;
   }
   r->large_state = HK_LARGE_CACHED;
-  nv = cache_expire_locked(victims, false);
+  cache_expire_locked(&victims, false);
   /* the cache's bytes: the option's, or twice as many as were recently live (a
    * pipeline's blocks in flight, freed in a burst), unless it is off */
+  uint64_t now = hk_os_now_ms();
+  live_sum recent = recent_live_locked(now, false, 0);
   size_t limit = (size_t)hk_opt.large_cache_mb << 20;
-  if (limit != 0) {
-    size_t recent = recent_live_locked(hk_os_now_ms(), 0);
-    if (2 * recent > limit) limit = 2 * recent;
-  }
-  if (cache.n < (unsigned)hk_opt.large_cache_max && r->map_size <= limit) {
+  if (limit != 0 && 2 * recent.bytes > limit) limit = 2 * recent.bytes;
+  unsigned entries = cache_entries_limit(recent);
+  bool cached = entries != 0 && r->map_size <= limit;
+  if (cached) {
     /* make room by evicting the oldest entries */
-    while (cache.bytes + r->map_size > limit && cache.n > 0) victim(victims, &nv, cache_remove(cache_oldest()));
-    uint64_t now = hk_os_now_ms();
+    while ((cache.n >= entries || cache.bytes + r->map_size > limit) && cache.n > 0)
+      victim(&victims, cache_remove(cache_oldest()));
     r->cached_resident = r->map_size - guard_tail() - data_page(r);
     cache_insert(r, r->cached_resident, now);
     cache_enforce_budget_locked(now);
   } else {
-    victim(victims, &nv, r);
+    victim(&victims, r);
   }
-  bool cached = r->large_state == HK_LARGE_CACHED && (nv == 0 || victims[nv - 1] != r);
   hk_unlock(&hk_large_lock);
-  for (unsigned i = 0; i < nv; i++) unmap_large(victims[i]);
+  unmap_victims(victims);
   if (cached) hk_purger_notify_free(); /* no lock held */
 }
 

@@ -46,7 +46,7 @@ static option_desc options[] = {
    "empty 4 MiB regions kept mapped (purged) per region list instead of unmapped", NULL, true},
   {"LARGE_CACHE_MB", &hk_opt.large_cache_mb, 64, 0, 1 << 20,
    "bytes of freed large blocks kept mapped for reuse", NULL, true},
-  {"LARGE_CACHE_ENTRIES", &hk_opt.large_cache_max, 256, 0, 512,
+  {"LARGE_CACHE_ENTRIES", &hk_opt.large_cache_max, 256, 0, 4096,
    "number of freed large blocks kept for reuse", NULL, true},
   {"VERBOSE", &hk_opt.verbose, 0, 0, 1, "print warnings (e.g. failed munmap) to stderr", NULL, false},
   {"SECURE", &hk_opt.secure, HAKMEM_SECURE_DEFAULT, 0, 2,

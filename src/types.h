@@ -227,7 +227,7 @@ typedef struct hk_region {
       uint32_t kind;
       struct hk_region_info *info; /* small regions: the span search's view (region.c) */
       /* large blocks (large.c) */
-      struct hk_region *next, *prev; /* the cache, or the detached list */
+      struct hk_region *next, *prev; /* the detached list, or a chain of mappings to unmap (large.c) */
       size_t map_size;           /* bytes mapped from the region base */
       size_t user_offset;        /* data starts at base + user_offset */
       size_t user_size;          /* bytes requested */

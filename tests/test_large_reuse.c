@@ -3,9 +3,11 @@
  * tail beyond the block; a request no cached mapping holds grows one with
  * mremap. Either way the block must behave as a fresh one: its usable size
  * is its own (not the mapping's), realloc keeps its bytes, calloc reads as
- * zeros although the mapping held data, free takes it back; and a program
- * that replaces large blocks of varied sizes and then stops gets its memory
- * back within the purge delay.
+ * zeros although the mapping held data, free takes it back; a burst of
+ * more frees than the option's entries (HAKMEM_LARGE_CACHE_ENTRIES) is
+ * cached whole when as many blocks were live; and a program that replaces
+ * large blocks of varied sizes and then stops gets its memory back within
+ * the purge delay.
  */
 #include "api.h"
 
@@ -105,6 +107,45 @@ static void test_calloc(void) {
   API(malloc_trim)(0);
 }
 
+/* 1,000 live blocks of 2 MiB (twice the option's default entries), all
+ * freed, then allocated again: every one comes from the cache, which holds
+ * twice as many entries as blocks were recently live, and none is unmapped.
+ * Checked when the cache is on with its default entries and the frees and
+ * mallocs take under half the purge delay (an entry older than it may be
+ * unmapped). */
+static void test_burst(void) {
+  enum { N = 1000 };
+  static unsigned char *p[N];
+  size_t n = 2 * MiB;
+  for (int i = 0; i < N; i++) {
+    p[i] = (unsigned char *)API(malloc)(n);
+    CHECK(p[i] != NULL, "malloc(2 MiB) number %d failed", i);
+    p[i][0] = (unsigned char)i;
+    p[i][n - 1] = (unsigned char)(i >> 8);
+  }
+  long hits = hkt_stat("large cache hits"), unmaps = hkt_stat("large unmaps");
+  double t0 = now_s();
+  for (int i = 0; i < N; i++) {
+    CHECK(p[i][0] == (unsigned char)i && p[i][n - 1] == (unsigned char)(i >> 8), "block %d changed", i);
+    API(free)(p[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    p[i] = (unsigned char *)API(malloc)(n);
+    CHECK(p[i] != NULL, "malloc(2 MiB) number %d failed (again)", i);
+    p[i][n - 1] = 1;
+  }
+  double took = now_s() - t0;
+  long got = hkt_stat("large cache hits") - hits, gone = hkt_stat("large unmaps") - unmaps;
+  const char *d = getenv("HAKMEM_PURGE_DELAY_MS"), *e = getenv("HAKMEM_LARGE_CACHE_ENTRIES");
+  double delay = (d ? atof(d) : 100.0) / 1000.0;
+  int checked = cache_on && e == NULL && took < delay / 2;
+  printf(" [%ld of %d from the cache, %ld unmapped, in %.0f ms%s]", got, N, gone, took * 1000,
+         checked ? "" : "; not checked");
+  if (checked) CHECK(got == N && gone == 0, "a burst of %d frees: %ld reused, %ld unmapped", N, got, gone);
+  for (int i = 0; i < N; i++) API(free)(p[i]);
+  API(malloc_trim)(0);
+}
+
 /* Two live blocks of 1-16 MiB, one replaced at random, every page written
  * (bench/large_varied); then all freed: RSS is back near where it started
  * within the purge delay (twice it, and scheduling slack). */
@@ -158,6 +199,7 @@ int main(void) {
   RUN(test_smaller_from_bigger);
   RUN(test_grown);
   RUN(test_calloc);
+  RUN(test_burst);
   RUN(test_varied_then_stop);
   printf("test_large_reuse: all passed\n");
   return 0;
