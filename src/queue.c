@@ -39,6 +39,7 @@ void hk_heap_full_remove(hk_heap *h, hk_page *p) {
   hk_assert(hk_page_parked(p) || hk_page_used(p) == 0); /* (or reclaimed: started over) */
   hk_list_remove(&h->full, p);
   h->full_count--;
+  h->full_pages[p->cls]--;
   hk_page_set_state(p, HK_USED_NORMAL);
 }
 
@@ -104,6 +105,7 @@ static void full_push(hk_heap *h, hk_page *page) {
   hk_page_set_state(page, HK_USED_FULL);
   hk_list_push_front(&h->full, page);
   h->full_count++;
+  h->full_pages[page->cls]++;
 }
 
 /* Park a page with no free block on the full list, so the page search does
@@ -177,7 +179,7 @@ void hk_heap_rescue_full(hk_heap *h) {
  * free blocks, retires the held pages of classes that made no page search
  * since the pass before, and lowers both budgets' growth by a quarter. */
 static bool held_fits(const hk_heap *h, uint32_t bytes) {
-  return h->held_bytes + h->stash_bytes + bytes <= HK_HELD_BYTES + h->held_grown;
+  return hk_heap_held_bytes(h) + bytes <= HK_HELD_BYTES + h->held_grown;
 }
 
 static bool take_refused(uint64_t *bits, unsigned cls) {
@@ -193,7 +195,8 @@ static bool take_refused(uint64_t *bits, unsigned cls) {
 static void grow_on_miss(hk_heap *h, unsigned cls, bool from_regions) {
   uint32_t bs = hk_class_block[cls];
   /* (a stashed block's page may still be queued, not parked) */
-  uint32_t live_full = h->full_count > h->stash_blocks ? h->full_count - h->stash_blocks : 0;
+  uint32_t alone = h->stash_blocks - h->stash_parked_blocks; /* stashed blocks of pages of one block */
+  uint32_t live_full = h->full_count > alone ? h->full_count - alone : 0;
   if (take_refused(h->stash_refused, cls) && (uint64_t)live_full * bs > HK_HELD_BYTES + h->held_grown) {
     uint32_t room = HK_HELD_GROWN_MAX - h->held_grown;
     h->held_grown += bs < room ? bs : room;
@@ -227,11 +230,10 @@ static void pass_review(hk_heap *h) {
   h->spare_grown -= h->spare_grown / 4;
   /* (not below what the held pages still take: stashed blocks are back) */
   h->held_grown -= h->held_grown / 4;
-  if (h->held_bytes + h->stash_bytes > HK_HELD_BYTES + h->held_grown)
-    h->held_grown = h->held_bytes + h->stash_bytes - HK_HELD_BYTES;
+  if (hk_heap_held_bytes(h) > HK_HELD_BYTES + h->held_grown) h->held_grown = hk_heap_held_bytes(h) - HK_HELD_BYTES;
 }
 
-/* ---- the stash: freed blocks of pages of one block ----
+/* ---- the stash: freed blocks of pages of one block, and of parked pages ----
  * A page of one block (64 KiB and up) empties at every free of its block
  * and fills at every malloc, and each time the page moves between the
  * queue, the full list and the region: a page search, a park (an atomic
@@ -249,17 +251,47 @@ static void pass_review(hk_heap *h) {
  * may never allocate again. The owner holds stash_lock around each change
  * that starts or ends with the stash above HK_HELD_BYTES, and the purger
  * purges only such stashes: below that, the owner keeps no lock, and an
- * idle thread keeps at most that much, as it keeps its held pages. */
+ * idle thread keeps at most that much, as it keeps its held pages.
+ *
+ * A block of up to 8 KiB freed into a parked page of several blocks is
+ * stashed as well, up to STASH_PARKED_MAX a class and STASH_PARKED_TOTAL in
+ * all (outside the held budget: each may keep a page that would otherwise
+ * empty, so their number is bounded, not their bytes), while the class has
+ * STASH_PARKED_PAGES parked pages or more: frees at random among many full pages would
+ * otherwise each take a page off the full list for one free block, and
+ * the malloc that takes it park the page again. Among few parked pages
+ * each gathers several frees before a malloc reaches it, and the page's
+ * trip costs less than a stash's put and take per block. A page whose
+ * blocks are freed in a row is unparked at its second free instead
+ * (stash_parked), so that the rest of its frees take the fast path.
+ * malloc's fast path takes a stashed block before its slow path
+ * (hk_malloc_no_head). */
+#define STASH_PARKED_MAX 32   /* blocks of parked pages of several in a class's stash, at most */
+#define STASH_PARKED_TOTAL 64 /* such blocks in the stash, all classes, at most */
+#define STASH_PARKED_SIZE 8192 /* their size at most: pages of one slab, 8 blocks or more */
+#define STASH_PARKED_PAGES 16 /* parked pages of its class, at least, for such a block to be stashed */
 static _Atomic bool stash_waiting; /* a stash may be waiting for its purge (hk_heap_stash_purge_idle) */
 
 HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
   uint32_t bs = page->block_size;
   /* (the current page stays current instead, held, and serves the fast
    * path: page_emptied; hardened mode's malloc does not look here) */
-  if (page->reserved != 1 || hk_secure || h->moving || page == h->queues[page->cls].first) return false;
-  if (!held_fits(h, bs)) {
-    note_refused(h->stash_refused, page->cls);
-    return false;
+  if (hk_secure || h->moving) return false;
+  if (page->reserved != 1) {
+    /* (a stashed block's link is its second word: 8-byte blocks have none) */
+    if (bs < 16 || bs > STASH_PARKED_SIZE || !hk_page_parked(page) || page == h->stash_parked ||
+        h->full_pages[page->cls] < STASH_PARKED_PAGES || h->stash_count[page->cls] >= STASH_PARKED_MAX ||
+        h->stash_parked_blocks >= STASH_PARKED_TOTAL)
+      return false;
+    h->stash_parked = page;
+    h->stash_parked_blocks++;
+    h->stash_parked_bytes += bs;
+  } else {
+    if (page == h->queues[page->cls].first) return false;
+    if (!held_fits(h, bs)) {
+      note_refused(h->stash_refused, page->cls);
+      return false;
+    }
   }
   /* the block just pushed is the list's head: take it back */
   hk_block *b = page->free;
@@ -292,13 +324,20 @@ HK_INLINE hk_block *stash_take(hk_heap *h, unsigned cls) {
   h->stash[cls] = hk_cache_next(h, b); /* (linked as the thread cache is) */
   h->stash_count[cls]--;
   h->stash_blocks--;
-  __atomic_store_n(&h->stash_bytes, h->stash_bytes - hk_page_of(hk_region_of(b), b)->block_size, __ATOMIC_RELAXED);
+  hk_page *page = hk_page_of(hk_region_of(b), b);
+  if (page->reserved != 1) {
+    h->stash_parked_blocks--;
+    h->stash_parked_bytes -= page->block_size;
+  }
+  __atomic_store_n(&h->stash_bytes, h->stash_bytes - page->block_size, __ATOMIC_RELAXED);
   h->stash_ops += above;
   if (locked) hk_spin_unlock(&h->stash_lock);
   b->link = 0;
   (&b->link)[1] = 0;
   return b;
 }
+
+hk_block *hk_heap_stash_take(hk_heap *h, unsigned cls) { return stash_take(h, cls); }
 
 static void page_emptied(hk_heap *h, hk_page *page);
 
@@ -594,7 +633,9 @@ bool hk_heap_resize_span_block(hk_heap *h, hk_page *page, size_t size) {
   } else {
     hk_region_shrink_span(page, n);
   }
+  h->full_pages[page->cls]--; /* (parked, of its new class from here) */
   span_block_sized(page, color);
+  h->full_pages[page->cls]++;
   return true;
 }
 

@@ -168,7 +168,17 @@ void *hk_secure_malloc(size_t size, hk_heap *h) {
 /* The fast path's page had no carved block at the head of its list: the
  * list ended (the slow path), or a link was corrupted. */
 void *hk_malloc_no_head(size_t size, hk_heap *h, hk_page *page) {
-  if (HK_LIKELY(hk_list_end(page->free))) return hk_malloc_slow(size, h);
+  if (HK_LIKELY(hk_list_end(page->free))) {
+    /* a stashed block of the class first (queue.c), without the slow
+     * path's calls: they have nothing to do while neither the purger nor
+     * the soft limit waits for one */
+    if (h->stash_bytes != 0 && page != &hk_page_empty && !hk_purge_poke && !hk_load_relaxed(&hk_purger_wanted) &&
+        !hk_load_relaxed(&hk_limit_soft_crossed)) {
+      hk_block *b = hk_heap_stash_take(h, page->cls);
+      if (b != NULL) return b;
+    }
+    return hk_malloc_slow(size, h);
+  }
   hk_fatal("free list corrupted (a freed block was written: a use after free, or an overflow)", page->free);
 }
 

@@ -317,16 +317,23 @@ typedef struct hk_heap {
   uint32_t held_bytes;            /* carved bytes of held pages: held[] and pages marked held */
   uint32_t held[HK_NCLASSES];     /* the class's current page emptied and was left current:
                                      its carved bytes then (0: not so), queue.c */
-  hk_block *stash[HK_NCLASSES];   /* freed blocks of pages of one block, kept live in their page
-                                     (queue.c); linked through their second word */
+  hk_block *stash[HK_NCLASSES];   /* freed blocks of pages of one block, and of parked pages of
+                                     several, kept live in their page (queue.c); linked through
+                                     their second word */
   uint32_t stash_bytes;           /* their block sizes, summed: with held_bytes, within HK_HELD_BYTES
                                      plus held_grown */
   uint32_t held_grown;            /* the held budget's growth (queue.c) */
   uint32_t full_count;            /* pages on `full` (stashed blocks' pages among them) */
+  uint32_t full_pages[HK_NCLASSES]; /* of them, the class's */
   uint32_t stash_blocks;          /* blocks in stash[], all classes */
   uint64_t stash_refused[(HK_NCLASSES + 63) / 64]; /* bit c: a freed block of class c was not
                                      stashed for want of held budget since the class last took a span */
   uint16_t stash_count[HK_NCLASSES]; /* blocks in stash[c] (statistics: live blocks, stats.c) */
+  struct hk_page *stash_parked;   /* the parked page of several blocks a block was last stashed
+                                     from: its next free takes it off the full list (queue.c; only
+                                     compared, never read through) */
+  uint32_t stash_parked_bytes;    /* the stash's blocks of parked pages of several: their bytes */
+  uint32_t stash_parked_blocks;   /* and their number */
   uint32_t spare_grown;           /* the spare budget's growth (queue.c, spares.c) */
   uint64_t spare_refused[(HK_NCLASSES + 63) / 64]; /* bit c: class c gave a span back for want of
                                      spare budget since it last took one from the regions */

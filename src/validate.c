@@ -93,6 +93,9 @@ void hk_debug_heap(const hk_heap *h, bool deep) {
   uint32_t nfull = 0;
   CHECK_LIST(&h->full, hk_page, nfull);
   hk_assert(nfull == h->full_count);
+  uint32_t per_class[HK_NCLASSES] = {0};
+  for (const hk_page *p = h->full.first; p != NULL; p = p->next) per_class[p->cls]++;
+  for (unsigned c = 0; c < HK_NCLASSES; c++) hk_assert(per_class[c] == h->full_pages[c]);
   for (const hk_page *p = h->full.first; p != NULL; p = p->next) {
     hk_assert(hk_page_parked(p));
     hk_assert(hk_load_relaxed(&((hk_page *)p)->heap) == tag);
@@ -101,7 +104,7 @@ void hk_debug_heap(const hk_heap *h, bool deep) {
   }
   hk_assert(h->free_owner == h || h->free_owner == HK_NO_OWNER(h));
   hk_assert(held == h->held_bytes);
-  hk_assert(h->held_bytes + h->stash_bytes <= HK_HELD_BYTES + h->held_grown && h->held_grown <= HK_HELD_GROWN_MAX &&
+  hk_assert(hk_heap_held_bytes(h) <= HK_HELD_BYTES + h->held_grown && h->held_grown <= HK_HELD_GROWN_MAX &&
             h->spare_grown <= HK_SPARE_GROWN_MAX);
 }
 

@@ -48,7 +48,7 @@ static void on_segv(int sig) {
 
 /* ---- the blocks a scenario holds live: a block handed out over one of
  * them is handed out twice ---- */
-#define LIVE_MAX 256
+#define LIVE_MAX 2048
 static struct { char *p; size_t n; } live[LIVE_MAX];
 static int nlive;
 
@@ -281,6 +281,23 @@ static void stash_uaf_write(void) {
   take_n(999 * KiB, 3);
 }
 
+/* the same for a 1 KiB block freed into a full page (the stash takes a
+ * block freed into a parked page of several blocks, where its class has
+ * 16 parked pages or more: 64 blocks a page) */
+static void stash_parked_uaf_write(void) {
+  static char *blocks[1500];
+  for (int i = 0; i < 1500; i++) blocks[i] = (char *)take(KiB); /* the first pages fill and park */
+  give(blocks[70]);
+  give(blocks[5]); /* (another page: the last one held is the list's head) */
+  char *p = blocks[5];
+  phase = PHASE_WRITE;
+  ((void **)hkt_opaque_ptr(p))[1] = chosen;
+  phase = PHASE_SETUP;
+  hold(chosen, sizeof chosen);
+  settle();
+  take_n(KiB, 80); /* past the current page's free blocks */
+}
+
 static pthread_barrier_t owner_ready, owner_done;
 static char *owned[400];
 /* the blocks' owner: allocates them, then stays alive (an owner that has
@@ -353,6 +370,9 @@ static const scenario scenarios[] = {
      * whose link is its first word, and its second word is the program's) */
     {"a freed 1 MiB block held by its thread, its second word overwritten, then mallocs", stash_uaf_write,
      {R, N, N}, {0, 0, 0}},
+    /* (zero mode finds the write in the freed block it hands out again) */
+    {"a 1 KiB block freed into a full page, its second word overwritten, then mallocs", stash_parked_uaf_write,
+     {R, N, R}, {0, 0, 0}},
     {"a block freed into the thread cache, its second word overwritten, then mallocs", cache_uaf_write, {R, N, N},
      {0, 0, 0}},
 };

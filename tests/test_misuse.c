@@ -150,6 +150,14 @@ static void double_free_stashed(void) {
   API(free)(hkt_opaque_ptr(a));
   API(free)(b);
 }
+/* a 1 KiB block of a full page (of 1,500: its page, among 23 of 64
+ * blocks, is parked on the full list): its free keeps it in the stash too */
+static void double_free_stashed_parked(void) {
+  static void *p[1500];
+  for (int i = 0; i < 1500; i++) CHECK((p[i] = API(malloc)(KiB)) != NULL, "malloc failed");
+  API(free)(p[3]);
+  API(free)(hkt_opaque_ptr(p[3]));
+}
 static void double_free_aligned(void) {
   void *p = API(aligned_alloc)(256, 300);
   CHECK(p != NULL, "aligned_alloc failed");
@@ -476,6 +484,8 @@ static const mcase cases[] = {
     {"free of the span start below a coloured 256 KiB block", free_before_colored, 0, SIGABRT, NULL},
     {"double free of a coloured 64 KiB block", double_free_colored, 0, SIGABRT, NULL},
     {"double free of a 128 KiB block kept in the stash", double_free_stashed, 0, SIGABRT, "double free"},
+    {"double free of a 1 KiB block of a full page, kept in the stash", double_free_stashed_parked, 0, SIGABRT,
+     "double free"},
     {"double free of an aligned_alloc(256) block", double_free_aligned, 0, SIGABRT, NULL},
     {"double free of an aligned_alloc(1 MiB) block", double_free_aligned_large, 0, SIGABRT, NULL},
     {"realloc of a stack address", realloc_stack, 0, SIGABRT, NULL},
