@@ -18,6 +18,7 @@ __thread bool hk_purge_poke __attribute__((tls_model("initial-exec")));
 static pthread_mutex_t purger_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t purger_cond = PTHREAD_COND_INITIALIZER;
 static _Atomic int started;  /* 0: no thread (also in a fork child), 1: started */
+static _Atomic uint64_t retry_ms; /* a start failed: not tried again before then */
 static _Atomic int idle;     /* the thread is (about to be) waiting for work */
 static int work;             /* purger_lock */
 
@@ -70,9 +71,18 @@ void hk_purger_notify(void) {
     hk_store_relaxed(&hk_purger_wanted, 0);
   if (!hk_opt.purge_thread) return;
   if (!hk_load_acquire(&started)) {
+    uint64_t now = hk_os_now_ms();
+    if (now < hk_load_relaxed(&retry_ms)) return;
     int expect = 0;
     if (!atomic_compare_exchange_strong(&started, &expect, 1)) return;
-    if (!hk_os_start_thread(purger_main)) hk_warning("cannot start the purger thread");
+    if (!hk_os_start_thread(purger_main)) {
+      /* (no room for its stack, say, under an address-space limit: the
+       * slow paths purge meanwhile, and a call a purge delay later tries
+       * again) */
+      hk_warning("cannot start the purger thread");
+      hk_store_relaxed(&retry_ms, now + (uint64_t)hk_opt.purge_delay_ms);
+      atomic_store(&started, 0);
+    }
     return;
   }
   if (atomic_load(&idle)) {
