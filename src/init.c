@@ -118,6 +118,7 @@ void hk_fork_child(void) {
   /* Only the forking thread exists in the child, and it holds every lock. */
   hk_fork_holder = false;
   hk_heap_fork_child(); /* (under hk_heap_lock) */
+  hk_large_fork_child();
   unlock_all();
   hk_purger_fork_child();
   hk_reclaim_fork_done();

@@ -355,6 +355,7 @@ void hk_large_free(hk_region *r, void *p);
 void *hk_large_realloc(hk_region *r, void *p, size_t size);
 bool hk_large_trim(bool force);
 bool hk_large_pending(void);
+void hk_large_fork_child(void); /* (hk_large_lock held) */
 size_t hk_large_usable(hk_region *r);
 hk_region *hk_large_find_detached(const void *p);
 void hk_large_set_sampled(void *p);                  /* the heap profiler sampled this large block */

@@ -367,6 +367,11 @@ static void unmap_large(hk_region *r) {
   hk_os_unmap(r, r->map_size);
 }
 
+/* fork: in the child (hk_large_lock held) no thread is left to unmap what
+ * the parent's other threads had taken (those mappings stay, unused), and a
+ * forced trim must not wait for them */
+void hk_large_fork_child(void) { atomic_store(&victims_pending, 0); }
+
 static void unmap_victims(hk_region *chain) {
   while (chain != NULL) {
     hk_region *next = chain->next;

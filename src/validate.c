@@ -94,14 +94,14 @@ void hk_debug_heap(const hk_heap *h, bool deep) {
   CHECK_LIST(&h->full, hk_page, nfull);
   hk_assert(nfull == h->full_count);
   uint32_t per_class[HK_NCLASSES] = {0};
-  for (const hk_page *p = h->full.first; p != NULL; p = p->next) per_class[p->cls]++;
-  for (unsigned c = 0; c < HK_NCLASSES; c++) hk_assert(per_class[c] == h->full_pages[c]);
   for (const hk_page *p = h->full.first; p != NULL; p = p->next) {
     hk_assert(hk_page_parked(p));
     hk_assert(hk_load_relaxed(&((hk_page *)p)->heap) == tag);
+    per_class[p->cls]++;
     if (p->held) held += p->idle_ms;
     if (deep) hk_debug_page(p);
   }
+  for (unsigned c = 0; c < HK_NCLASSES; c++) hk_assert(per_class[c] == h->full_pages[c]);
   hk_assert(h->free_owner == h || h->free_owner == HK_NO_OWNER(h));
   hk_assert(held == h->held_bytes);
   hk_assert(hk_heap_held_bytes(h) <= HK_HELD_BYTES + h->held_grown && h->held_grown <= HK_HELD_GROWN_MAX &&
