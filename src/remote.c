@@ -31,7 +31,8 @@
  *
  * The cache is bounded: at most hk_class_cache_max[cls] blocks per class
  * and HK_CACHE_BYTES in all. Past that, the older half of the class, or
- * of every class, goes back to the pages: each run of blocks of one page
+ * of every class (all of it, in a thread that has allocated nothing),
+ * goes back to the pages: each run of blocks of one page
  * with one CAS onto the page's remote stack, or onto the page's own list
  * for the thread's own blocks (cache_flush_keep). Thread exit and
  * malloc_trim flush it all.
@@ -208,13 +209,24 @@ static void cache_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
   }
 }
 
+/* How many of a class's `held` cached blocks stay when it overflows: the
+ * newer half, which the thread's next mallocs of the class reuse while it
+ * is hot in this core's cache; none in a heap that has handed out no block
+ * yet (no page taken or adopted, no cached block reused: a consumer that
+ * only frees), where kept blocks would only be kept from their owner, and
+ * finding the cut walks through them. */
+static uint32_t cache_keeps(const hk_heap *h, uint32_t held) {
+  return (h->stats.pages_acquired | h->stats.pages_adopted | h->stats.cache_reused) ? held / 2 : 0;
+}
+
 /* The cache is over HK_CACHE_BYTES: every class gives back its older half
- * (a class's recent blocks are the ones its next mallocs reuse while they
+ * (see cache_keeps; a class's recent blocks are the ones its next mallocs reuse while they
  * are still in this core's cache; emptying the whole cache would send the
  * next mallocs to cold page blocks). */
 static void cache_halve(hk_heap *h) {
   for (unsigned c = 0; c < HK_NCLASSES; c++)
-    if (h->cache_first[c] != NULL) cache_flush_keep(h, c, (uint32_t)(hk_class_cache_max[c] - h->cache_room[c]) / 2);
+    if (h->cache_first[c] != NULL)
+      cache_flush_keep(h, c, cache_keeps(h, (uint32_t)(hk_class_cache_max[c] - h->cache_room[c])));
 }
 
 void hk_cache_flush_all(hk_heap *h) {
@@ -346,6 +358,15 @@ HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_b
    * flushed, see stats.c) */
 }
 
+/* A thread that frees other threads' blocks without ever allocating (the
+ * consumer of a producer/consumer pair) has no heap, hence no cache, and
+ * each of its frees would be a push onto the owner's page: a compare-and-
+ * swap on a line the owner writes too. Its HK_HEAPLESS_FREES-th such free
+ * gives it a heap, and its frees from then on are cached and go back in
+ * runs; a thread that frees a few blocks of others only costs no heap. */
+#define HK_HEAPLESS_FREES 64
+static __thread uint32_t heapless_frees __attribute__((tls_model("initial-exec")));
+
 /* The common path's tests failed: the block goes back to its page (this
  * thread keeps no cache, the class has none, or the owner is gone or
  * idle), or the cache is full for b's class, or in all, and makes room.
@@ -378,10 +399,11 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
     }
     remote_push(page, b, b, 1);
     if (self != &hk_heap_empty) self->stats.remote_frees++;
+    else if (++heapless_frees == HK_HEAPLESS_FREES) hk_heap_make_for_frees();
     return;
   }
   if (self->cache_room[cls] == 0) {
-    cache_flush_keep(self, cls, hk_class_cache_max[cls] / 2u);
+    cache_flush_keep(self, cls, cache_keeps(self, hk_class_cache_max[cls]));
     /* remote frees filled a class's list: cache mode (cache_remote still
      * counts the keeps before, so the first check, which may come with the
      * next cached malloc, keeps the mode) */

@@ -16,16 +16,16 @@ static __thread bool heap_gone __attribute__((tls_model("initial-exec")));
 static void thread_done(void *arg);
 static void thread_key_make(void) { thread_key_ready = pthread_key_create(&thread_key, thread_done) == 0; }
 
-/* This thread's heap, made at its first allocation; NULL when out of
- * memory, or once the thread's heap is gone (see hk_heap_alloc_late). */
-hk_heap *hk_heap_get(void) {
-  hk_heap *h = hk_tls_heap;
-  if (h != &hk_heap_empty) return h;
+/* This thread's heap, made at its first allocation (or, from_free, at
+ * its HK_HEAPLESS_FREES-th free of other threads' blocks, remote.c); NULL
+ * when out of memory, or once the thread's heap is gone (see
+ * hk_heap_alloc_late). */
+static hk_heap *heap_make(bool from_free) {
   if (heap_gone) return NULL;
   hk_init_check();
   /* (in case the C library's pthread_create did not call calloc: init.c) */
   hk_fork_handlers_check();
-  h = hk_heap_new(true);
+  hk_heap *h = hk_heap_new(true);
   if (h == NULL) {
     hk_pressure_release(sizeof(hk_heap));
     h = hk_heap_new(true);
@@ -37,11 +37,24 @@ hk_heap *hk_heap_get(void) {
   pthread_once(&thread_key_once, thread_key_make);
   if (thread_key_ready) pthread_setspecific(thread_key, h);
   /* A second thread allocates: from now on free() cannot start the purger
-   * (purger.c), so it starts here, in this thread's first malloc. */
+   * (purger.c), so it starts here, in this thread's first malloc. Not in a
+   * free(), for the reason free() cannot: the next slow path does it. */
   static _Atomic uint32_t heaps_made;
-  if (hk_add_relaxed(&heaps_made, 1) != 0) hk_purger_start();
-  hk_heap_reap();
+  if (hk_add_relaxed(&heaps_made, 1) != 0) {
+    if (from_free) hk_store_relaxed(&hk_purger_wanted, 1);
+    else hk_purger_start();
+  }
+  if (!from_free) hk_heap_reap();
   return h;
+}
+
+hk_heap *hk_heap_get(void) {
+  hk_heap *h = hk_tls_heap;
+  return h != &hk_heap_empty ? h : heap_make(false);
+}
+
+void hk_heap_make_for_frees(void) {
+  if (hk_tls_heap == &hk_heap_empty) heap_make(true);
 }
 
 static void thread_done(void *arg) {

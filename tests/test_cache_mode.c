@@ -13,6 +13,12 @@
  * contents. Last, A replaces its own blocks only: within a few hundred
  * mallocs it is out of cache mode (its cache is empty and its frees go to
  * its pages again).
+ * Before all that, thread C, which never allocates, frees 200 of A's
+ * blocks: its first 63 frees leave it without a heap, its 64th gives it
+ * one, and its next frees are kept in its cache (remote.c,
+ * HK_HEAPLESS_FREES), which gives all of them back when the class's list
+ * overflows (it allocates nothing); once C has exited, the blocks are A's
+ * again.
  *
  * Linked with libhakmem.a (malloc replaced, internal names visible). */
 #define _GNU_SOURCE
@@ -70,11 +76,58 @@ static void *thread_b(void *arg) {
   return NULL;
 }
 
+#define NC 200
+static hkt_blk c_blk[NC];
+static _Atomic int c_done;
+static int c_heap_at = -1;     /* the free after which C had a heap */
+static bool c_kept_after_heap; /* a later free went to C's cache */
+static int c_held;             /* blocks in C's cache at the end */
+
+/* C: frees A's blocks, never allocates */
+static void *thread_c(void *arg) {
+  (void)arg;
+  for (int i = 0; i < NC; i++) {
+    hkt_blk_check(&c_blk[i], "A's block, freed by C");
+    free(c_blk[i].p);
+    if (c_heap_at < 0 && hk_tls_heap != &hk_heap_empty) c_heap_at = i;
+    if (i == NC - 1) c_kept_after_heap = hk_foreign_tagged(page_of(c_blk[i].p), (hk_block *)c_blk[i].p);
+  }
+  unsigned cls = hk_size_class(32);
+  c_held = (int)(hk_class_cache_max[cls] - hk_tls_heap->cache_room[cls]);
+  atomic_store(&c_done, 1);
+  return NULL;
+}
+
+/* A thread that only frees other threads' blocks gets a heap, and a cache */
+static void heapless_consumer(void) {
+  for (int i = 0; i < NC; i++) alloc_blk(&c_blk[i], 32);
+  pthread_t tc;
+  CHECK(pthread_create(&tc, NULL, thread_c, NULL) == 0, "pthread_create failed");
+  /* A stays active by its clock while C frees: its blocks are cached, not
+   * sent straight back to an idle owner (remote.c, owner_idle) */
+  while (!atomic_load(&c_done)) hk_heap_note_active(hk_tls_heap);
+  pthread_join(tc, NULL);
+  CHECK(c_heap_at == 63, "a thread that only frees had a heap after free %d (0: never), not after its 64th",
+        c_heap_at + 1);
+  CHECK(c_kept_after_heap, "the freeing thread's last free did not go to its cache");
+  /* its class's list overflowed once: a thread that allocates nothing keeps
+   * none of it (remote.c, cache_keeps) */
+  unsigned max = hk_class_cache_max[hk_size_class(32)];
+  CHECK(NC - 64 > (int)max && c_held == NC - 64 - (int)max, "the freeing thread's cache holds %d blocks of 32 bytes, "
+        "not %d: the overflow of a list of %u did not give back all of it", c_held, NC - 64 - (int)max, max);
+  for (int i = 0; i < NC; i++) alloc_blk(&c_blk[i], 32);
+  for (int i = 0; i < NC; i++) {
+    hkt_blk_check(&c_blk[i], "a 32-byte block after C's frees");
+    free(c_blk[i].p);
+  }
+}
+
 int main(void) {
   if (hk_secure) { /* no cache in hardened mode (init.c) */
     printf("test_cache_mode: hardened mode keeps no cache: skipped\n");
     return 0;
   }
+  heapless_consumer();
   CHECK(pthread_barrier_init(&bar, NULL, 2) == 0, "pthread_barrier_init failed");
   uint64_t rng = 12345;
   for (int i = 0; i < NBLK; i++) alloc_blk(&a_own[i], pick_size(&rng));
@@ -158,7 +211,8 @@ int main(void) {
   hkt_blk_check(&spare, "final spare");
   free(mine.p);
   free(spare.p);
-  printf("test_cache_mode: cache mode began after %d remote frees of one class, took own frees (reused first, "
+  printf("test_cache_mode: a thread that only frees had a heap after its 64th free and cached the next; "
+         "cache mode began after %d remote frees of one class, took own frees (reused first, "
          "double free caught), kept %d blocks intact over %d mixed frees, ended after %d own-only operations\n",
          kept, 2 * NBLK, 3 * NBLK, ops);
   return 0;
