@@ -1,12 +1,15 @@
-/* Abandoned pages: the pages of exited threads, on a list per class, from
- * which threads that need a page of the class adopt them. Empty ones are
- * kept for adoption for a purge delay, then given back to their regions. */
+/* Abandoned pages: the pages of exited threads, on two lists per class
+ * (pages with blocks in use, empty pages), from which threads that need a
+ * page of the class adopt them. Empty ones are kept for adoption for a
+ * purge delay, then given back to their regions. */
 #include "internal.h"
 
 #include <sched.h>
 
 _Atomic uint32_t hk_abandoned_hint;
-static hk_page_queue abandoned[HK_NCLASSES]; /* abandoned_lock(class) */
+/* Per class, under abandoned_lock(class): the pages with blocks in use,
+ * oldest first, and the empty ones, in the order they emptied. */
+static hk_page_queue used_pages[HK_NCLASSES], empty_pages[HK_NCLASSES];
 static _Atomic uint32_t abandoned_count[HK_NCLASSES];
 static _Atomic uint32_t abandoned_empty; /* empty pages on the abandoned lists */
 static _Atomic uint32_t abandoned_empty_in[HK_NCLASSES]; /* the same, per class */
@@ -73,7 +76,7 @@ void hk_abandon_page(hk_page *page) {
     note_empty(page, hk_os_now_ms());
   }
   hk_lock(abandoned_lock(page->cls));
-  hk_list_push_back(&abandoned[page->cls], page);
+  hk_list_push_back(page->idle_ms != 0 ? &empty_pages[page->cls] : &used_pages[page->cls], page);
   hk_add_relaxed(&abandoned_count[page->cls], 1);
   /* A remote free may have landed between the collect and now. */
   if (hk_load_acquire(&page->remote) & ~HK_REMOTE_STATE_MASK)
@@ -121,27 +124,31 @@ void hk_abandoned_sweep(bool trim, bool force) {
     if (hk_load_relaxed(&abandoned_count[c]) == 0) continue;
     hk_lock(abandoned_lock(c));
     hk_page *next;
-    for (hk_page *p = abandoned[c].first; p != NULL; p = next) {
+    for (hk_page *p = used_pages[c].first; p != NULL; p = next) {
       next = p->next;
-      if (hk_load_acquire(&p->remote) & ~HK_REMOTE_STATE_MASK) {
-        hk_page_collect(p, HK_PAGE_ABANDONED);
-        if (hk_page_used(p) == 0 && p->idle_ms == 0) {
-          if (surplus_empty(p)) { /* (given back below, out of the lock) */
-            hk_list_remove(&abandoned[c], p);
-            hk_sub_relaxed(&abandoned_count[c], 1);
-            p->next = surplus;
-            surplus = p;
-            continue;
-          }
-          note_empty(p, now);
-        }
+      if (!(hk_load_acquire(&p->remote) & ~HK_REMOTE_STATE_MASK)) continue;
+      hk_page_collect(p, HK_PAGE_ABANDONED);
+      if (hk_page_used(p) != 0) continue;
+      hk_list_remove(&used_pages[c], p);
+      if (surplus_empty(p)) { /* (given back below, out of the lock) */
+        hk_sub_relaxed(&abandoned_count[c], 1);
+        p->next = surplus;
+        surplus = p;
+        continue;
       }
-      if (!trim || p->idle_ms == 0) continue;
+      note_empty(p, now);
+      hk_list_push_back(&empty_pages[c], p);
+    }
+    for (hk_page *p = empty_pages[c].first; p != NULL; p = next) {
+      next = p->next;
+      /* (a stray free of a block of an empty page: collected, and found) */
+      if (hk_load_acquire(&p->remote) & ~HK_REMOTE_STATE_MASK) hk_page_collect(p, HK_PAGE_ABANDONED);
+      if (!trim) continue;
       /* now | 1: idle_ms is rounded up to odd, and a coarse clock (4 ms
        * ticks) reads even: `now >=` alone would never release a page noted
        * empty in the same millisecond, even with force */
       if ((now | 1) >= p->idle_ms + delay) {
-        hk_list_remove(&abandoned[c], p);
+        hk_list_remove(&empty_pages[c], p);
         hk_sub_relaxed(&abandoned_count[c], 1);
         forget_empty(c);
         hk_stat_add(abandoned_released, 1);
@@ -162,14 +169,21 @@ void hk_abandoned_sweep(bool trim, bool force) {
 
 uint32_t hk_abandoned_empty(void) { return hk_load_relaxed(&abandoned_empty); }
 
-hk_page *hk_abandoned_adopt(hk_heap *h, unsigned cls) {
+/* A page of class cls for h: the oldest with blocks in use (its free
+ * blocks are memory handed out already, and its other blocks have had the
+ * longest to come back), else, unless used_only, the empty page that
+ * emptied last, the likeliest to be committed and in the caches: the
+ * older ones age out and go back (hk_abandoned_sweep). */
+hk_page *hk_abandoned_adopt(hk_heap *h, unsigned cls, bool used_only) {
   if (hk_load_relaxed(&abandoned_count[cls]) == 0) return NULL;
   hk_lock(abandoned_lock(cls));
-  hk_page *p = abandoned[cls].first;
+  hk_page *p = used_pages[cls].first;
   if (p != NULL) {
-    hk_list_remove(&abandoned[cls], p);
-    hk_sub_relaxed(&abandoned_count[cls], 1);
+    hk_list_remove(&used_pages[cls], p);
+  } else if (!used_only && (p = empty_pages[cls].last) != NULL) {
+    hk_list_remove(&empty_pages[cls], p);
   }
+  if (p != NULL) hk_sub_relaxed(&abandoned_count[cls], 1);
   hk_unlock(abandoned_lock(cls));
   if (p == NULL) return NULL;
   if (p->idle_ms != 0) {

@@ -541,10 +541,13 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
       }
       if (!park_full(h, p)) hk_page_collect(p, HK_PAGE_NORMAL), next = p; /* retry it */
     }
-    /* (a heap of the profiler's or the program's holds only its own
-     * blocks: other threads' live blocks would be taken for samples, or
-     * given back with the heap) */
-    hk_page *p = h->kind == HK_HEAP_THREAD ? hk_abandoned_adopt(h, cls) : NULL;
+    /* An exited thread's page: one with blocks in use, or, only if the
+     * queue has no page left to carve, an empty one (adopted instead, each
+     * would serve the few blocks carved in it, and the thread would spread
+     * its blocks over as many pages). (A heap of the profiler's or the
+     * program's holds only its own blocks: other threads' live blocks
+     * would be taken for samples, or given back with the heap.) */
+    hk_page *p = h->kind == HK_HEAP_THREAD ? hk_abandoned_adopt(h, cls, carvable != NULL) : NULL;
     if (p == NULL) break;
     uncurrent(q->first);
     hk_list_push_front(q, p);

@@ -1,0 +1,74 @@
+/* test_adopt: a thread adopts an exited thread's empty page only when it
+ * has no page left to carve (src/queue.c, find_page; src/abandoned.c).
+ *
+ * Thread A allocates 640 blocks of 1000 bytes (ten pages or more of one
+ * slab, all kept for adoption once empty), frees them, and exits. Thread
+ * B then allocates 100 blocks of the same size: they lie in at most two
+ * pages, both adopted. An
+ * empty page kept for adoption has only a few blocks carved: adopted
+ * whenever those ran out, B took one kept page after another, ten pages
+ * for its first 40-odd blocks, and under thread churn every kept page
+ * stayed in use. */
+#define _GNU_SOURCE
+#include "api.h"
+
+#include <pthread.h>
+
+#define SIZE 1000
+#define A_BLOCKS 640
+#define B_BLOCKS 100
+#define SLAB ((uintptr_t)64 << 10)
+
+static void *thread_a(void *arg) {
+  (void)arg;
+  static unsigned char *p[A_BLOCKS];
+  for (int i = 0; i < A_BLOCKS; i++) {
+    p[i] = (unsigned char *)API(malloc)(SIZE);
+    CHECK(p[i] != NULL, "malloc failed");
+    hkt_fill(p[i], SIZE, (uint64_t)i);
+  }
+  for (int i = 0; i < A_BLOCKS; i++) {
+    CHECK(hkt_verify(p[i], SIZE, (uint64_t)i) == HKT_OK, "A's block %d was corrupted", i);
+    API(free)(p[i]);
+  }
+  return NULL;
+}
+
+static uintptr_t slabs[B_BLOCKS];
+static int nslabs;
+
+static void *thread_b(void *arg) {
+  (void)arg;
+  static unsigned char *p[B_BLOCKS];
+  for (int i = 0; i < B_BLOCKS; i++) {
+    p[i] = (unsigned char *)API(malloc)(SIZE);
+    CHECK(p[i] != NULL, "malloc failed");
+    hkt_fill(p[i], SIZE, (uint64_t)i * 7);
+    uintptr_t s = (uintptr_t)p[i] & ~(SLAB - 1);
+    int k = 0;
+    while (k < nslabs && slabs[k] != s) k++;
+    if (k == nslabs) slabs[nslabs++] = s;
+  }
+  for (int i = 0; i < B_BLOCKS; i++) {
+    CHECK(hkt_verify(p[i], SIZE, (uint64_t)i * 7) == HKT_OK, "B's block %d was corrupted", i);
+    API(free)(p[i]);
+  }
+  return NULL;
+}
+
+int main(void) {
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, thread_a, NULL) == 0, "pthread_create failed");
+  pthread_join(t, NULL);
+  long kept = hkt_stat("empty pages of exited threads kept now");
+  long adopted_before = hkt_stat("pages adopted from exited threads");
+  CHECK(kept >= 10, "only %ld empty pages of the exited thread kept", kept);
+  CHECK(pthread_create(&t, NULL, thread_b, NULL) == 0, "pthread_create failed");
+  pthread_join(t, NULL);
+  long adopted = hkt_stat("pages adopted from exited threads") - adopted_before;
+  printf("test_adopt (%s): %ld empty pages kept; %d blocks of the next thread in %d pages, %ld adopted\n", API_MODE,
+         kept, B_BLOCKS, nslabs, adopted);
+  CHECK(nslabs <= 2, "%d blocks of %d bytes spread over %d pages", B_BLOCKS, SIZE, nslabs);
+  CHECK(adopted >= 1 && adopted <= nslabs, "%ld pages adopted for blocks in %d pages", adopted, nslabs);
+  return 0;
+}
