@@ -209,6 +209,14 @@ HK_INLINE hk_page *hk_page_of(hk_region *r, const void *p) {
   return (hk_page *)((char *)meta - meta->back);
 }
 
+/* The page of a block hakmem handed out (live, stashed or cached): inside
+ * the arena, one load from the page table instead of the region's
+ * header. */
+HK_INLINE hk_page *hk_block_page(const void *b) {
+  uintptr_t slab = hk_arena_slab((uintptr_t)b);
+  return HK_LIKELY(slab < HK_ARENA_SLABS) ? hk_arena_page(slab) : hk_page_of(hk_region_of(b), b);
+}
+
 /* The carved blocks' bytes (the owner's view: capacity is its own). */
 HK_INLINE uint32_t hk_page_area(const hk_page *page) { return page->capacity * page->block_size; }
 

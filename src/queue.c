@@ -324,7 +324,7 @@ HK_INLINE hk_block *stash_take(hk_heap *h, unsigned cls) {
   h->stash[cls] = hk_cache_next(h, b); /* (linked as the thread cache is) */
   h->stash_count[cls]--;
   h->stash_blocks--;
-  hk_page *page = hk_page_of(hk_region_of(b), b);
+  hk_page *page = hk_block_page(b);
   if (page->reserved != 1) {
     h->stash_parked_blocks--;
     h->stash_parked_bytes -= page->block_size;
@@ -345,7 +345,7 @@ void hk_heap_stash_flush(hk_heap *h) {
   for (unsigned c = 0; c < HK_NCLASSES && h->stash_bytes != 0; c++) {
     hk_block *b;
     while ((b = stash_take(h, c)) != NULL) {
-      hk_page *page = hk_page_of(hk_region_of(b), b);
+      hk_page *page = hk_block_page(b);
       if (hk_page_push(page, b, page->key)) page_emptied(h, page);
     }
   }
@@ -384,7 +384,7 @@ void hk_heap_stash_purge_idle(void) {
       uint64_t n = 0, bytes = 0;
       for (unsigned c = 0; c < HK_NCLASSES; c++)
         for (hk_block *b = h->stash[c]; b != NULL; b = hk_cache_next(h, b), n++)
-          bytes += hk_block_purge_inside(b, hk_page_of(hk_region_of(b), b)->block_size);
+          bytes += hk_block_purge_inside(b, hk_block_page(b)->block_size);
       hk_stat_add(blocks_purged, n);
       hk_stat_add(block_purge_bytes, bytes);
     }

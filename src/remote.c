@@ -188,12 +188,12 @@ static void cache_flush_keep(hk_heap *h, unsigned cls, uint32_t keep) {
   h->cache_bytes -= (held - keep) * hk_class_size[cls];
   h->cache_room[cls] = (uint16_t)(hk_class_cache_max[cls] - keep);
   while (b != NULL) {
-    hk_page *page = hk_page_of(hk_region_of(b), b);
+    hk_page *page = hk_block_page(b);
     hk_block *first = b, *last = b, *next = hk_cache_next(h, b);
     uint32_t n = 1;
     /* (every `next` is read before its block is pushed: then the owner may
      * reuse it) */
-    while (next != NULL && hk_page_of(hk_region_of(next), next) == page) {
+    while (next != NULL && hk_block_page(next) == page) {
       hk_link_set(last, next, page->key);
       last = next;
       next = hk_cache_next(h, next);
