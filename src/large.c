@@ -70,13 +70,16 @@ static struct {
   uint16_t free[CACHE_MAX];
 } cache __attribute__((aligned(64))) = {.used = 1};
 /* Cached mappings keep their pages for quick reuse, but only up to this
- * many bytes, or as many as the large blocks still live if that is more:
- * beyond that, entries cached for CACHE_HOT_MS give their data pages back
- * (they stay mapped, so reusing them costs page faults, not mmap/munmap),
- * oldest first, at the next free or purger pass. A program freeing many
- * large blocks does not hold them resident for long; one that keeps N MiB
- * of large blocks live and replaces them keeps up to N MiB of freed ones
- * resident, for the purge delay at most. The grace of CACHE_HOT_MS is for
+ * many bytes, or twice as many as the large blocks still live if that is
+ * more: beyond that, entries cached for CACHE_HOT_MS give their data pages
+ * back (they stay mapped, so reusing them costs page faults, not
+ * mmap/munmap), oldest first, at the next free or purger pass. A program
+ * freeing many large blocks does not hold them resident for long; one that
+ * keeps N MiB of large blocks live and replaces them keeps up to 2N MiB of
+ * freed ones resident, for the purge delay at most: blocks of random sizes
+ * replaced at random leave the cache holding about as many bytes as are
+ * live, in mappings of all sizes, and a bound of N purged nearly every
+ * entry before its reuse. The grace of CACHE_HOT_MS is for
  * a thread that frees the large blocks another allocates (a pipeline): few
  * are live at any moment, and purging at once, under the lock, would cost
  * a madvise per free and make the two threads queue on the lock. */
@@ -190,7 +193,7 @@ static hk_region *cache_remove(unsigned i) {
  * bin and to the purged age list. */
 static void cache_enforce_budget_locked(uint64_t now) {
   size_t live = hk_load_relaxed(&hk_stats.large_mapped_bytes) - cache.bytes;
-  size_t budget = live > CACHE_RESIDENT_MAX ? live : CACHE_RESIDENT_MAX;
+  size_t budget = 2 * live > CACHE_RESIDENT_MAX ? 2 * live : CACHE_RESIDENT_MAX;
   while (cache.resident > budget && cache.age_resident.first != NIL) {
     unsigned i = cache.age_resident.first;
     if (now < ent[i].at_ms + CACHE_HOT_MS) break;
