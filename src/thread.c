@@ -20,6 +20,7 @@ static void thread_key_make(void) { thread_key_ready = pthread_key_create(&threa
  * its HK_HEAPLESS_FREES-th free of other threads' blocks, remote.c); NULL
  * when out of memory, or once the thread's heap is gone (see
  * hk_heap_alloc_late). */
+static void make_for_frees(void);
 static hk_heap *heap_make(bool from_free) {
   if (heap_gone) return NULL;
   hk_init_check();
@@ -33,6 +34,7 @@ static hk_heap *heap_make(bool from_free) {
   if (h == NULL) return NULL;
   hk_tls_heap = h;
   hk_tls_arm();
+  hk_make_heap_for_frees = make_for_frees;
   /* After hk_tls_heap is set: pthread_setspecific may itself call calloc. */
   pthread_once(&thread_key_once, thread_key_make);
   if (thread_key_ready) pthread_setspecific(thread_key, h);
@@ -53,7 +55,7 @@ hk_heap *hk_heap_get(void) {
   return h != &hk_heap_empty ? h : heap_make(false);
 }
 
-void hk_heap_make_for_frees(void) {
+static void make_for_frees(void) {
   if (hk_tls_heap == &hk_heap_empty) heap_make(true);
 }
 
