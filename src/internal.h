@@ -438,7 +438,8 @@ HK_INLINE void hk_fork_handlers_check(void) {
 
 /* ---- thread.c: a thread's heap, and the malloc slow path ---- */
 hk_heap *hk_heap_get(void);                       /* this thread's heap, created if needed */
-extern void (*hk_make_heap_for_frees)(void);      /* the same from free(), which starts no thread (set by thread.c) */
+typedef void (*hk_heap_maker)(void);
+extern _Atomic(hk_heap_maker) hk_make_heap_for_frees; /* the same from free(), which starts no thread (set by thread.c) */
 void *hk_malloc_slow(size_t size, hk_heap *heap);
 void *hk_malloc_no_head(size_t size, hk_heap *heap, hk_page *page); /* list ended: the slow path; else reported */
 void *hk_alloc_class(size_t size, unsigned cls);

@@ -369,7 +369,7 @@ static __thread uint32_t heapless_frees __attribute__((tls_model("initial-exec")
 /* Makes this thread's heap (thread.c sets it with the first heap it makes;
  * any block freed here was handed out by one): heaps are made a layer
  * above this file. */
-void (*hk_make_heap_for_frees)(void);
+_Atomic(hk_heap_maker) hk_make_heap_for_frees;
 
 /* The common path's tests failed: the block goes back to its page (this
  * thread keeps no cache, the class has none, or the owner is gone or
@@ -403,7 +403,10 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
     }
     remote_push(page, b, b, 1);
     if (self != &hk_heap_empty) self->stats.remote_frees++;
-    else if (++heapless_frees == HK_HEAPLESS_FREES && hk_make_heap_for_frees != NULL) hk_make_heap_for_frees();
+    else if (++heapless_frees == HK_HEAPLESS_FREES) {
+      hk_heap_maker make = hk_load_relaxed(&hk_make_heap_for_frees);
+      if (make != NULL) make();
+    }
     return;
   }
   if (self->cache_room[cls] == 0) {

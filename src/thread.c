@@ -34,7 +34,7 @@ static hk_heap *heap_make(bool from_free) {
   if (h == NULL) return NULL;
   hk_tls_heap = h;
   hk_tls_arm();
-  hk_make_heap_for_frees = make_for_frees;
+  hk_store_relaxed(&hk_make_heap_for_frees, make_for_frees); /* (every heap stores the same) */
   /* After hk_tls_heap is set: pthread_setspecific may itself call calloc. */
   pthread_once(&thread_key_once, thread_key_make);
   if (thread_key_ready) pthread_setspecific(thread_key, h);
