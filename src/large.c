@@ -78,8 +78,8 @@ static struct {
  * keeps N MiB of large blocks live and replaces them keeps up to 2N MiB of
  * freed ones resident, for the purge delay at most: blocks of random sizes
  * replaced at random leave the cache holding about as many bytes as are
- * live, in mappings of all sizes, and a bound of N purged nearly every
- * entry before its reuse. The grace of CACHE_HOT_MS is for
+ * live, in mappings of all sizes, and a bound of N would purge nearly
+ * every entry before its reuse. The grace of CACHE_HOT_MS is for
  * a thread that frees the large blocks another allocates (a pipeline): few
  * are live at any moment, and purging at once, under the lock, would cost
  * a madvise per free and make the two threads queue on the lock. */

@@ -220,9 +220,9 @@ static uint32_t cache_keeps(const hk_heap *h, uint32_t held) {
 }
 
 /* The cache is over HK_CACHE_BYTES: every class gives back its older half
- * (see cache_keeps; a class's recent blocks are the ones its next mallocs reuse while they
- * are still in this core's cache; emptying the whole cache would send the
- * next mallocs to cold page blocks). */
+ * (see cache_keeps; a class's recent blocks are the ones its next mallocs
+ * reuse while they are still in this core's cache; emptying the whole
+ * cache would send the next mallocs to cold page blocks). */
 static void cache_halve(hk_heap *h) {
   for (unsigned c = 0; c < HK_NCLASSES; c++)
     if (h->cache_first[c] != NULL)

@@ -19,18 +19,27 @@
 #define B_BLOCKS 100
 #define SLAB ((uintptr_t)64 << 10)
 
+/* n blocks of SIZE bytes, each filled from seed i * mul */
+static void alloc_filled(unsigned char **p, int n, uint64_t mul) {
+  for (int i = 0; i < n; i++) {
+    p[i] = (unsigned char *)API(malloc)(SIZE);
+    CHECK(p[i] != NULL, "malloc failed");
+    hkt_fill(p[i], SIZE, (uint64_t)i * mul);
+  }
+}
+
+static void check_and_free(unsigned char **p, int n, uint64_t mul, const char *who) {
+  for (int i = 0; i < n; i++) {
+    CHECK(hkt_verify(p[i], SIZE, (uint64_t)i * mul) == HKT_OK, "%s block %d was corrupted", who, i);
+    API(free)(p[i]);
+  }
+}
+
 static void *thread_a(void *arg) {
   (void)arg;
   static unsigned char *p[A_BLOCKS];
-  for (int i = 0; i < A_BLOCKS; i++) {
-    p[i] = (unsigned char *)API(malloc)(SIZE);
-    CHECK(p[i] != NULL, "malloc failed");
-    hkt_fill(p[i], SIZE, (uint64_t)i);
-  }
-  for (int i = 0; i < A_BLOCKS; i++) {
-    CHECK(hkt_verify(p[i], SIZE, (uint64_t)i) == HKT_OK, "A's block %d was corrupted", i);
-    API(free)(p[i]);
-  }
+  alloc_filled(p, A_BLOCKS, 1);
+  check_and_free(p, A_BLOCKS, 1, "A's");
   return NULL;
 }
 
@@ -40,19 +49,14 @@ static int nslabs;
 static void *thread_b(void *arg) {
   (void)arg;
   static unsigned char *p[B_BLOCKS];
+  alloc_filled(p, B_BLOCKS, 7);
   for (int i = 0; i < B_BLOCKS; i++) {
-    p[i] = (unsigned char *)API(malloc)(SIZE);
-    CHECK(p[i] != NULL, "malloc failed");
-    hkt_fill(p[i], SIZE, (uint64_t)i * 7);
     uintptr_t s = (uintptr_t)p[i] & ~(SLAB - 1);
     int k = 0;
     while (k < nslabs && slabs[k] != s) k++;
     if (k == nslabs) slabs[nslabs++] = s;
   }
-  for (int i = 0; i < B_BLOCKS; i++) {
-    CHECK(hkt_verify(p[i], SIZE, (uint64_t)i * 7) == HKT_OK, "B's block %d was corrupted", i);
-    API(free)(p[i]);
-  }
+  check_and_free(p, B_BLOCKS, 7, "B's");
   return NULL;
 }
 
