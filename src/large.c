@@ -495,11 +495,21 @@ static hk_region *map_large(size_t need, size_t align) {
   return r;
 }
 
+/* Does the large tier hold more than twice the bytes recently live (or
+ * CACHE_RESIDENT_MAX): its live mappings, whole, and the cache's resident
+ * bytes? Then a mapping reused for a smaller block, or a block realloc
+ * shrinks, gives back its tail; else the tail stays for a larger block
+ * later, which then needs no page faults. Under hk_large_lock. */
+static bool held_over_budget_locked(size_t recent) {
+  size_t held = hk_load_relaxed(&hk_stats.large_mapped_bytes) - cache.bytes + cache.resident;
+  size_t budget = 2 * recent > CACHE_RESIDENT_MAX ? 2 * recent : CACHE_RESIDENT_MAX;
+  return held > budget;
+}
+
 /* A reused mapping gives back its tail beyond the block only when that is
- * at least this long and the large tier holds more than twice the bytes
- * recently live (or CACHE_RESIDENT_MAX): a mapping kept whole serves a
- * larger block later without page faults. Under a limit on mapped bytes
- * (hk_space_tight) any tail of a page or more goes. */
+ * at least this long and the large tier holds more than its budget
+ * (held_over_budget_locked). Under a limit on mapped bytes (hk_space_tight)
+ * any tail of a page or more goes. */
 #define TRIM_MIN ((size_t)1 << 20)
 
 /* How many bins above a request's own a cached mapping is taken from whole
@@ -563,12 +573,8 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
   if (best != NIL) {
     r = cache_remove(best);
     bool tight = hk_load_relaxed(&hk_space_tight);
-    if (!grow && r->map_size - want >= (tight ? HK_OS_PAGE : TRIM_MIN) && r->map_size > want) {
-      size_t held = hk_load_relaxed(&hk_stats.large_mapped_bytes) - cache.bytes +
-                    cache.resident; /* live mappings, this one included, and resident cached ones */
-      size_t budget = 2 * recent > CACHE_RESIDENT_MAX ? 2 * recent : CACHE_RESIDENT_MAX;
-      trim = held > budget || tight;
-    }
+    if (!grow && r->map_size - want >= (tight ? HK_OS_PAGE : TRIM_MIN) && r->map_size > want)
+      trim = tight || held_over_budget_locked(recent);
   }
   hk_unlock(&hk_large_lock);
   if (r == NULL) return NULL;
@@ -792,6 +798,14 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   return (char *)n + n->user_offset;
 }
 
+static bool shrink_gives_back(void) {
+  if (hk_load_relaxed(&hk_space_tight)) return true;
+  hk_lock(&hk_large_lock);
+  bool over = held_over_budget_locked(recent_live_locked(hk_os_now_ms(), false, 0).bytes);
+  hk_unlock(&hk_large_lock);
+  return over;
+}
+
 /* Resize in place or move with mremap. NULL: the caller copies. */
 void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   if (size > HK_MAX_REQUEST) return NULL;
@@ -802,8 +816,10 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   size_t need = round_page(r->user_offset + size);
   if (hk_secure) return secure_realloc(r, p, size, need);
   if (need <= r->map_size) {
-    /* shrink: give back the tail when at least half the mapping is unused */
-    if (need <= r->map_size / 2 && hk_os_shrink(r, r->map_size, need)) {
+    /* shrink: give back the tail when at least half the mapping is unused
+     * and the large tier holds more than its budget (or a limit on mapped
+     * bytes holds) */
+    if (need <= r->map_size / 2 && shrink_gives_back() && hk_os_shrink(r, r->map_size, need)) {
       hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size - need);
       r->map_size = need;
     }
