@@ -121,17 +121,8 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
       hk_secure_set_size(page, (hk_block *)p, size); /* new canary position */
       return p;
     }
-  } else if (r->kind != HK_KIND_LARGE && size <= usable && aligned_enough) {
-    if (size >= usable / 2 || usable <= 16) return p; /* fits, and not wasting more than half */
-    /* A block that keeps a slab's worth or more stays too: copying it
-     * costs more than a madvise, and its tail's whole OS pages go back
-     * (they read as zeros when the block is reused). */
-    if (size >= HK_SLAB_SIZE) {
-      uint64_t given = hk_block_purge_tail(p, size, usable);
-      hk_stat_add(blocks_purged, given != 0);
-      hk_stat_add(block_purge_bytes, given);
-      return p;
-    }
+  } else if (r->kind != HK_KIND_LARGE && size <= usable && (size >= usable / 2 || usable <= 16) && aligned_enough) {
+    return p; /* fits, and not wasting more than half */
   }
   /* A block that grows is likely to grow again: give it room for another
    * quarter, so the next steps of a buffer growing by small amounts stay in

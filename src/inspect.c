@@ -296,8 +296,8 @@ static void print_text(int fd, const hk_usage *u, const struct hak_stats *s, con
   line(fd, "slabs purged", LOAD(slabs_purged), "x 64 KiB");
   line(fd, "purge calls (madvise)", LOAD(purge_calls), NULL);
   line(fd, "growth purges", LOAD(growth_purges), NULL);
-  line(fd, "medium blocks purged (madvise: free ones, shrunk ones' tails)", LOAD(blocks_purged), NULL);
-  line(fd, "bytes purged inside medium blocks", LOAD(block_purge_bytes), "B");
+  line(fd, "free medium blocks purged (madvise)", LOAD(blocks_purged), NULL);
+  line(fd, "bytes purged inside free medium blocks", LOAD(block_purge_bytes), "B");
   line(fd, "free slabs lent back by pages in use", LOAD(slabs_lent), "x 64 KiB");
   line(fd, "spans given back while their list was busy", LOAD(spans_deferred), NULL);
   line(fd, "pages acquired (this+exited threads)", t.pages_acquired, NULL);
@@ -316,6 +316,7 @@ static void print_text(int fd, const hk_usage *u, const struct hak_stats *s, con
   line(fd, "large cache hits", LOAD(large_cache_hits), NULL);
   line(fd, "large mremap calls", LOAD(large_remaps), NULL);
   line(fd, "large unmaps", LOAD(large_unmaps), NULL);
+  line(fd, "live large blocks' tails unmapped", LOAD(large_tails_trimmed), NULL);
   line(fd, "large bytes mapped now", LOAD(large_mapped_bytes), "B");
   line(fd, "large bytes mapped peak", LOAD(large_peak_bytes), "B");
   say(fd, "hakmem: process\n");

@@ -222,8 +222,7 @@ bool hk_spares_pending(void);
 /* ---- lend.c: free medium blocks purged, free slabs lent back ---- */
 #define HK_PURGE_BLOCK_MIN (16u << 10)
 void hk_page_purge_free_blocks(hk_page *page);
-uint64_t hk_block_purge_tail(void *b, size_t keep, size_t bs); /* its OS pages past keep bytes: bytes given back */
-#define HK_PURGE_KEEP (2 * sizeof(uintptr_t)) /* of a free block: its link and purge mark */
+uint64_t hk_block_purge_inside(void *b, uint32_t bs); /* a freed block but its first OS page: bytes given back */
 bool hk_page_trim_tail(hk_page *p);
 void hk_heap_purge_blocks(hk_heap *h, bool force);
 /* Whether hk_heap_purge_blocks(h, false) may have work: the program grew,

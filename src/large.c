@@ -239,6 +239,53 @@ hk_region *hk_large_find_detached(const void *p) {
 
 static size_t round_page(size_t n) { return (n + HK_OS_PAGE - 1) & ~(size_t)(HK_OS_PAGE - 1); }
 
+/* ---- tails of live blocks ----
+ * A live block's mapping may hold resident pages past the block: a cached
+ * mapping reused whole for a smaller block (cache_take), or one whose block
+ * realloc shrank, while the tier held within its budget
+ * (held_over_budget_locked). The tail serves the mapping's next, larger
+ * block without page faults, but a block that stays live would keep it for
+ * good: such a block is listed here, oldest first, and a tail still there a
+ * purge delay later is unmapped (tails_expire_locked). A listed block's
+ * map_size and block_end change only under hk_large_lock (realloc takes the
+ * block off the list first). Detached blocks and hardened mode's (whose
+ * tails lie past a guard page) are not listed. */
+#define TAIL_MIN HK_SLAB_SIZE /* a shorter tail is left alone */
+static struct { hk_region *first, *last; } tails; /* hk_large_lock */
+
+static void tail_forget_locked(hk_region *r) {
+  if (!r->large_tail) return;
+  hk_list_remove(&tails, r);
+  r->large_tail = 0;
+}
+
+/* r's tail listed (again, as of now), unless it is too short to matter */
+static void tail_note_locked(hk_region *r, uint64_t now) {
+  tail_forget_locked(r);
+  if (r->large_detached || hk_secure || r->map_size - round_page(r->block_end) < TAIL_MIN) return;
+  r->large_tail = 1;
+  r->tail_since_ms = now;
+  hk_list_push_back(&tails, r);
+}
+
+/* Unmap the tails listed for a purge delay (with force, all of them);
+ * were there any? */
+static bool tails_expire_locked(bool force) {
+  uint64_t now = hk_os_now_ms();
+  bool any = false;
+  for (hk_region *r; (r = tails.first) != NULL; any = true) {
+    if (!force && now < r->tail_since_ms + (uint64_t)hk_opt.purge_delay_ms) break;
+    tail_forget_locked(r);
+    size_t end = round_page(r->block_end);
+    if (hk_os_shrink(r, r->map_size, end)) {
+      hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size - end);
+      r->map_size = end;
+      hk_stat_add(large_tails_trimmed, 1);
+    }
+  }
+  return any;
+}
+
 /* ---- large blocks of heaps the program made (user_heap.c) ----
  * Such a heap lists its live large blocks through their headers
  * (large_heap, heap_next, heap_prev), under hk_large_lock: free() takes
@@ -396,7 +443,7 @@ static void cache_expire_locked(hk_region **chain, bool force) {
 
 bool hk_large_pending(void) {
   hk_lock(&hk_large_lock);
-  bool any = cache.n > 0;
+  bool any = cache.n > 0 || tails.first != NULL;
   hk_unlock(&hk_large_lock);
   return any;
 }
@@ -406,11 +453,12 @@ bool hk_large_trim(bool force) {
   hk_lock(&hk_large_lock);
   cache_expire_locked(&victims, force);
   cache_enforce_budget_locked(hk_os_now_ms());
+  bool released = tails_expire_locked(force);
   hk_unlock(&hk_large_lock);
   unmap_victims(victims);
   if (force)
     while (hk_load_acquire(&victims_pending) != 0) sched_yield();
-  return victims != NULL;
+  return victims != NULL || released;
 }
 
 /* The guard page after the header's page, in every mode; hardened mode
@@ -661,6 +709,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
    * guards the page right after the block (move_tail_guard) */
   size_t want = tight || detach ? need : bin_round(need);
   hk_region *r = detach ? NULL : cache_take(need, want, off, size);
+  bool resident = r != NULL && r->cached_resident != 0; /* (its tail may be, see tail_note_locked) */
   /* a reused mapping keeps its colour: a program that reuses the block
    * writes the same lines, which may still be cached */
   if (r != NULL && colored && r->user_offset >= LARGE_HEAD && r->user_offset <= span) off = r->user_offset;
@@ -695,6 +744,14 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   r->large_state = HK_LARGE_LIVE;
   r->large_sampled = 0;
   r->large_heap = NULL;
+  r->large_tail = 0;
+  if (resident && r->map_size - r->block_end >= TAIL_MIN) {
+    hk_lock(&hk_large_lock);
+    tail_note_locked(r, hk_os_now_ms());
+    bool listed = r->large_tail;
+    hk_unlock(&hk_large_lock);
+    if (listed) hk_purger_notify_free();
+  }
   hk_add_relaxed(&live_asked, size);
   hk_add_relaxed(&live_blocks, 1);
   hk_stat_add(large_allocs, 1);
@@ -719,6 +776,7 @@ void hk_large_free(hk_region *r, void *p) {
     hk_fatal("free() of a pointer into the middle of a large block", p);
   }
   hk_stat_add(large_frees, 1);
+  tail_forget_locked(r);
   hk_sub_relaxed(&live_asked, r->user_size);
   hk_sub_relaxed(&live_blocks, 1);
   heap_unlink_locked(r);
@@ -732,6 +790,7 @@ void hk_large_free(hk_region *r, void *p) {
   }
   r->large_state = HK_LARGE_CACHED;
   cache_expire_locked(&victims, false);
+  tails_expire_locked(false);
   /* the cache's bytes: the option's, or twice as many as were recently live (a
    * pipeline's blocks in flight, freed in a burst), unless it is off */
   uint64_t now = hk_os_now_ms();
@@ -798,14 +857,6 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   return (char *)n + n->user_offset;
 }
 
-static bool shrink_gives_back(void) {
-  if (hk_load_relaxed(&hk_space_tight)) return true;
-  hk_lock(&hk_large_lock);
-  bool over = held_over_budget_locked(recent_live_locked(hk_os_now_ms(), false, 0).bytes);
-  hk_unlock(&hk_large_lock);
-  return over;
-}
-
 /* Resize in place or move with mremap. NULL: the caller copies. */
 void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   if (size > HK_MAX_REQUEST) return NULL;
@@ -815,16 +866,31 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   }
   size_t need = round_page(r->user_offset + size);
   if (hk_secure) return secure_realloc(r, p, size, need);
-  if (need <= r->map_size) {
-    /* shrink: give back the tail when at least half the mapping is unused
-     * and the large tier holds more than its budget (or a limit on mapped
-     * bytes holds) */
-    if (need <= r->map_size / 2 && shrink_gives_back() && hk_os_shrink(r, r->map_size, need)) {
+  /* Off the list of tails first: from then on only this thread changes
+   * the mapping (the purger may have trimmed it until now). */
+  uint64_t now = hk_os_now_ms();
+  hk_lock(&hk_large_lock);
+  tail_forget_locked(r);
+  bool in_place = need <= r->map_size, give_back = false, listed = false;
+  if (in_place) {
+    /* A shrink gives back the tail when at least half the mapping is
+     * unused and the tier holds more than its budget (or a limit on mapped
+     * bytes holds; a detached block always); else the tail is listed, and
+     * goes a purge delay later if the block still lives. */
+    give_back = need <= r->map_size / 2 && (r->large_detached || hk_load_relaxed(&hk_space_tight) ||
+                                            held_over_budget_locked(recent_live_locked(now, false, 0).bytes));
+    r->block_end = need;
+    if (!give_back) tail_note_locked(r, now);
+    listed = r->large_tail;
+  }
+  hk_unlock(&hk_large_lock);
+  if (in_place) {
+    if (give_back && hk_os_shrink(r, r->map_size, need)) {
       hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size - need);
       r->map_size = need;
     }
-    r->block_end = need;
     resize_asked(r, size);
+    if (listed) hk_purger_notify_free();
     return p;
   }
   if (r->large_detached) return NULL; /* moving would break its alignment: copy */

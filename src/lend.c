@@ -21,11 +21,10 @@ HK_INLINE uintptr_t purged_mark(const hk_page *page, const hk_block *b) {
   return page->key ^ (uintptr_t)b ^ b->link ^ HK_PURGED_TAG;
 }
 
-/* Give back a block's whole OS pages past its first `keep` bytes, of bs;
- * the bytes given back. A freed block keeps 2 words (a list's link and a
- * mark), a block realloc shrinks in place its new size. */
-uint64_t hk_block_purge_tail(void *b, size_t keep, size_t bs) {
-  uintptr_t lo = ((uintptr_t)b + keep + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
+/* Give back a freed block's memory but its first OS page's (its first two
+ * words hold a list's link and a mark); the bytes given back. */
+uint64_t hk_block_purge_inside(void *b, uint32_t bs) {
+  uintptr_t lo = ((uintptr_t)b + 2 * sizeof(uintptr_t) + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
   uintptr_t hi = ((uintptr_t)b + bs) & ~(uintptr_t)(HK_OS_PAGE - 1);
   if (hi <= lo) return 0;
   hk_os_purge((void *)lo, hi - lo);
@@ -44,7 +43,7 @@ void hk_page_purge_free_blocks(hk_page *page) {
     /* hardened mode 2 keeps a free block zero but for its link: no mark
      * there, and its only pass, malloc_trim's, purges again every time */
     if (!hk_secure_zero && *mark == purged_mark(page, b)) continue;
-    uint64_t given = hk_block_purge_tail(b, HK_PURGE_KEEP, bs);
+    uint64_t given = hk_block_purge_inside(b, bs);
     bytes += given;
     n += given != 0;
     if (!hk_secure_zero) *mark = purged_mark(page, b);

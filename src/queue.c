@@ -384,7 +384,7 @@ void hk_heap_stash_purge_idle(void) {
       uint64_t n = 0, bytes = 0;
       for (unsigned c = 0; c < HK_NCLASSES; c++)
         for (hk_block *b = h->stash[c]; b != NULL; b = hk_cache_next(h, b), n++)
-          bytes += hk_block_purge_tail(b, HK_PURGE_KEEP, hk_block_page(b)->block_size);
+          bytes += hk_block_purge_inside(b, hk_block_page(b)->block_size);
       hk_stat_add(blocks_purged, n);
       hk_stat_add(block_purge_bytes, bytes);
     }

@@ -237,7 +237,11 @@ typedef struct hk_region {
       uint8_t large_detached;    /* alignment >= 4 MiB: data is outside the header's
                                     4 MiB unit; found through a list, not the bitmap */
       uint8_t large_sampled;     /* live, and sampled by the heap profiler (profile.c) */
-      size_t cached_resident;    /* in the cache: data bytes still committed (0 once purged) */
+      uint8_t large_tail;        /* live, on the list of tails (large.c), through next/prev */
+      union {
+        size_t cached_resident;  /* in the cache: data bytes still committed (0 once purged) */
+        uint64_t tail_since_ms;  /* live, on the list of tails: since when */
+      };
       size_t block_end;          /* live: the block's usable bytes end at base + block_end; a
                                     mapping reused whole keeps its tail beyond for a larger block */
       _Atomic uint64_t *block_map; /* hardened mode, small regions: the block map (secure.h),
@@ -445,7 +449,7 @@ typedef struct hk_stats {
   _Atomic uint64_t spares_released;    /* spare spans unused for a purge delay, given back by the purger */
   _Atomic uint64_t pages_reclaimed;    /* full pages emptied by remote frees, given back by the freer */
   _Atomic uint64_t large_allocs, large_frees, large_cache_hits, large_mapped_bytes, large_peak_bytes;
-  _Atomic uint64_t large_unmaps, large_remaps;
+  _Atomic uint64_t large_unmaps, large_remaps, large_tails_trimmed;
   _Atomic uint64_t heaps_created, threads_exited, heaps_reaped;
   _Atomic uint64_t sample_heaps; /* of heaps_created: the heap profiler's (profile.c), no thread's */
   _Atomic uint64_t user_heaps;   /* of heaps_created: the program's (hak_heap_new, hak_label) */

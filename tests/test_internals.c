@@ -50,32 +50,6 @@ static void test_realloc_large_shrinks_in_place(void) {
   API(free)(q);
 }
 
-/* A medium block in a page of several blocks (480 KiB: two in 15 slabs)
- * shrunk below half its size but to 64 KiB or more stays where it is:
- * copying that much costs more than a madvise, and the OS pages past its
- * new size go back. It grows again in place within its class. */
-static void test_realloc_medium_shrinks_in_place(void) {
-  if (hkt_hardened()) return; /* (its own realloc: canary and trailer) */
-  size_t n = 480 * KiB, keep = 100 * KiB;
-  unsigned char *p = (unsigned char *)API(malloc)(n);
-  CHECK(p != NULL, "malloc(%zu) failed", n);
-  uint64_t seed = seed_counter++;
-  hkt_fill(p, n, seed);
-  unsigned char *q = (unsigned char *)API(realloc)(p, keep);
-  CHECK(q == p, "realloc(%zu -> %zu) moved the block (%p -> %p)", n, keep, (void *)p, (void *)q);
-  CHECK(hkt_verify(q, keep, seed) == HKT_OK, "realloc(%zu -> %zu) lost data", n, keep);
-  uintptr_t tail = ((uintptr_t)q + keep + 4095) & ~(uintptr_t)4095;
-  size_t resident = hkt_resident_pages(tail, tail + 64 * 4096);
-  CHECK(resident == 0, "%zu of the 64 OS pages after the shrunk block's new end still resident", resident);
-  CHECK(usable_of(q) >= keep, "usable %zu below %zu", usable_of(q), keep);
-  unsigned char *r = (unsigned char *)API(realloc)(q, 400 * KiB);
-  CHECK(r == q, "realloc(%zu -> 400 KiB) within its class moved the block", keep);
-  CHECK(hkt_verify(r, keep, seed) == HKT_OK, "realloc(%zu -> 400 KiB) lost data", keep);
-  hkt_fill(r, 400 * KiB, seed);
-  CHECK(hkt_verify(r, 400 * KiB, seed) == HKT_OK, "the regrown block does not hold its bytes");
-  API(free)(r);
-}
-
 /* A block alone in its span (64 KiB multiples up to 1 MiB) grows into the
  * free slabs after it and shrinks by giving back its tail, without moving.
  * A buffer that realloc grows again past 64 KiB gets such a span, placed
@@ -623,7 +597,6 @@ int main(void) {
   compute_classes();
   pool_reserve(16384);
   RUN(test_realloc_large_shrinks_in_place);
-  RUN(test_realloc_medium_shrinks_in_place);
   RUN(test_realloc_in_place);
   RUN(test_colored_blocks);
   RUN(test_trim_releases);
