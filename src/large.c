@@ -270,8 +270,7 @@ static void tail_note_locked(hk_region *r, uint64_t now) {
 
 /* Unmap the tails listed for a purge delay (with force, all of them);
  * were there any? */
-static bool tails_expire_locked(bool force) {
-  uint64_t now = hk_os_now_ms();
+static bool tails_expire_locked(bool force, uint64_t now) {
   bool any = false;
   for (hk_region *r; (r = tails.first) != NULL; any = true) {
     if (!force && now < r->tail_since_ms + (uint64_t)hk_opt.purge_delay_ms) break;
@@ -433,8 +432,7 @@ static void unmap_victims(hk_region *chain) {
 
 /* Take expired (or, with force, all) entries out of the cache; the caller
  * unmaps them after dropping the lock. */
-static void cache_expire_locked(hk_region **chain, bool force) {
-  uint64_t now = hk_os_now_ms();
+static void cache_expire_locked(hk_region **chain, bool force, uint64_t now) {
   for (unsigned i; (i = cache_oldest()) != NIL;) {
     if (!force && now < ent[i].at_ms + (uint64_t)hk_opt.purge_delay_ms) break;
     victim(chain, cache_remove(i));
@@ -451,9 +449,10 @@ bool hk_large_pending(void) {
 bool hk_large_trim(bool force) {
   hk_region *victims = NULL;
   hk_lock(&hk_large_lock);
-  cache_expire_locked(&victims, force);
-  cache_enforce_budget_locked(hk_os_now_ms());
-  bool released = tails_expire_locked(force);
+  uint64_t now = hk_os_now_ms();
+  cache_expire_locked(&victims, force, now);
+  cache_enforce_budget_locked(now);
+  bool released = tails_expire_locked(force, now);
   hk_unlock(&hk_large_lock);
   unmap_victims(victims);
   if (force)
@@ -590,12 +589,15 @@ static unsigned bin_next(unsigned k) {
  * only one with the same data offset (under a limit on mapped bytes, of the
  * near bins); its guards are lifted for a growth, and put back at the new
  * end. `want` is need rounded to its bin (bin_round), what a trim or growth
- * leaves. */
-static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) {
+ * leaves. A mapping kept whole with resident pages past the block is
+ * listed as a tail right here, under the lock (its block_end set first):
+ * *listed says so. */
+static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size, bool *listed) {
   hk_region *r = NULL;
   bool grow = false, trim = false;
   hk_lock(&hk_large_lock);
-  size_t recent = recent_live_locked(hk_os_now_ms(), true, size).bytes;
+  uint64_t now = hk_os_now_ms();
+  size_t recent = recent_live_locked(now, true, size).bytes;
   unsigned k = bin_of(need), best = NIL;
   /* entries of bin k may be smaller than need */
   if (bin_size(k) < need) k++;
@@ -618,17 +620,25 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size) 
     }
     grow = best != NIL;
   }
+  bool resident = false;
+  size_t old = 0; /* (read here: a listed tail's mapping is the purger's to trim) */
   if (best != NIL) {
     r = cache_remove(best);
+    resident = r->cached_resident != 0;
+    old = r->map_size;
     bool tight = hk_load_relaxed(&hk_space_tight);
     if (!grow && r->map_size - want >= (tight ? HK_OS_PAGE : TRIM_MIN) && r->map_size > want)
       trim = tight || held_over_budget_locked(recent);
+    if (!grow && !trim && resident && !hk_secure && r->map_size - need >= TAIL_MIN) {
+      r->block_end = need;
+      tail_note_locked(r, now);
+      *listed = true;
+    }
   }
   hk_unlock(&hk_large_lock);
   if (r == NULL) return NULL;
   hk_stat_add(large_cache_hits, 1);
-  if (r->cached_resident != 0) r->large_zero = 0; /* a purged one reads as zeros */
-  size_t old = r->map_size;
+  if (resident) r->large_zero = 0; /* a purged one reads as zeros */
   if (grow) {
     /* out of the ownership map while it moves (see hk_large_realloc) */
     hk_region_unregister(r);
@@ -708,8 +718,8 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
    * that a cached mapping serves the sizes of its bin whole; hardened mode
    * guards the page right after the block (move_tail_guard) */
   size_t want = tight || detach ? need : bin_round(need);
-  hk_region *r = detach ? NULL : cache_take(need, want, off, size);
-  bool resident = r != NULL && r->cached_resident != 0; /* (its tail may be, see tail_note_locked) */
+  bool listed = false; /* (then its block_end is set: the purger may read it) */
+  hk_region *r = detach ? NULL : cache_take(need, want, off, size, &listed);
   /* a reused mapping keeps its colour: a program that reuses the block
    * writes the same lines, which may still be cached */
   if (r != NULL && colored && r->user_offset >= LARGE_HEAD && r->user_offset <= span) off = r->user_offset;
@@ -740,18 +750,10 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   }
   r->user_offset = off;
   r->user_size = size;
-  r->block_end = need - guard_tail();
+  if (!listed) r->block_end = need - guard_tail();
   r->large_state = HK_LARGE_LIVE;
   r->large_sampled = 0;
   r->large_heap = NULL;
-  r->large_tail = 0;
-  if (resident && r->map_size - r->block_end >= TAIL_MIN) {
-    hk_lock(&hk_large_lock);
-    tail_note_locked(r, hk_os_now_ms());
-    bool listed = r->large_tail;
-    hk_unlock(&hk_large_lock);
-    if (listed) hk_purger_notify_free();
-  }
   hk_add_relaxed(&live_asked, size);
   hk_add_relaxed(&live_blocks, 1);
   hk_stat_add(large_allocs, 1);
@@ -789,11 +791,11 @@ void hk_large_free(hk_region *r, void *p) {
     return;
   }
   r->large_state = HK_LARGE_CACHED;
-  cache_expire_locked(&victims, false);
-  tails_expire_locked(false);
+  uint64_t now = hk_os_now_ms();
+  cache_expire_locked(&victims, false, now);
+  tails_expire_locked(false, now);
   /* the cache's bytes: the option's, or twice as many as were recently live (a
    * pipeline's blocks in flight, freed in a burst), unless it is off */
-  uint64_t now = hk_os_now_ms();
   live_sum recent = recent_live_locked(now, false, 0);
   size_t limit = (size_t)hk_opt.large_cache_mb << 20;
   if (limit != 0 && 2 * recent.bytes > limit) limit = 2 * recent.bytes;
