@@ -283,6 +283,9 @@ static void test_shrunk_keeps_tail(void) {
  * resident although the block lives on. The same for a block of 2 MiB
  * given a cached mapping of 16 MiB whole. */
 static void test_shrunk_tail_goes_back(void) {
+  /* (hardened mode's realloc leaves a shrunk block's guard page where it
+   * was, and the mapping whole, until the block is freed: not listed) */
+  if (hkt_hardened()) return;
   size_t n = 16 * MiB, keep = 1 * MiB;
   unsigned char *p = (unsigned char *)API(malloc)(n);
   CHECK(p != NULL, "malloc(16 MiB) failed");
