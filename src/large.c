@@ -542,14 +542,18 @@ static hk_region *map_large(size_t need, size_t align) {
   return r;
 }
 
-/* Does the large tier hold more than twice the bytes recently live (or
+/* Does the large tier hold more than `times` the bytes recently live (or
  * CACHE_RESIDENT_MAX): its live mappings, whole, and the cache's resident
- * bytes? Then a mapping reused for a smaller block, or a block realloc
- * shrinks, gives back its tail; else the tail stays for a larger block
- * later, which then needs no page faults. Under hk_large_lock. */
-static bool held_over_budget_locked(size_t recent) {
+ * bytes? Then a mapping reused for a smaller block (times 2, as the
+ * cache's resident budget), or a block realloc shrinks (times 1), gives
+ * back its tail; else the tail stays for a larger block later, which then
+ * needs no page faults. A shrunk block's tail is held to once the live
+ * bytes: a program that resizes large buffers at random shrinks nearly
+ * every one, and at twice held a third more at its peak. Under
+ * hk_large_lock. */
+static bool held_over_budget_locked(size_t recent, size_t times) {
   size_t held = hk_load_relaxed(&hk_stats.large_mapped_bytes) - cache.bytes + cache.resident;
-  size_t budget = 2 * recent > CACHE_RESIDENT_MAX ? 2 * recent : CACHE_RESIDENT_MAX;
+  size_t budget = times * recent > CACHE_RESIDENT_MAX ? times * recent : CACHE_RESIDENT_MAX;
   return held > budget;
 }
 
@@ -628,7 +632,7 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size, 
     old = r->map_size;
     bool tight = hk_load_relaxed(&hk_space_tight);
     if (!grow && r->map_size - want >= (tight ? HK_OS_PAGE : TRIM_MIN) && r->map_size > want)
-      trim = tight || held_over_budget_locked(recent);
+      trim = tight || held_over_budget_locked(recent, 2);
     if (!grow && !trim && resident && !hk_secure && r->map_size - need >= TAIL_MIN) {
       r->block_end = need;
       tail_note_locked(r, now);
@@ -880,7 +884,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
      * bytes holds; a detached block always); else the tail is listed, and
      * goes a purge delay later if the block still lives. */
     give_back = need <= r->map_size / 2 && (r->large_detached || hk_load_relaxed(&hk_space_tight) ||
-                                            held_over_budget_locked(recent_live_locked(now, false, 0).bytes));
+                                            held_over_budget_locked(recent_live_locked(now, false, 0).bytes, 1));
     r->block_end = need;
     if (!give_back) tail_note_locked(r, now);
     listed = r->large_tail;

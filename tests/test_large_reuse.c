@@ -6,8 +6,8 @@
  * zeros although the mapping held data, free takes it back; a burst of
  * more frees than the option's entries (HAKMEM_LARGE_CACHE_ENTRIES) is
  * cached whole when as many blocks were live; freed blocks stay resident
- * up to twice the live large bytes, as does a shrunk block's tail, for the
- * purge delay; and a program that replaces
+ * up to twice the live large bytes, and a shrunk block's tail up to once
+ * them, for the purge delay; and a program that replaces
  * large blocks of varied sizes and then stops gets its memory back within
  * the purge delay.
  */
@@ -242,7 +242,7 @@ static void test_varied_then_stop(void) {
 
 /* A block of 3 MiB written whole and shrunk by realloc to 600 KiB keeps
  * its mapping's tail while the large tier holds less than its budget
- * (twice the bytes recently live, at least 8 MiB): freed, its mapping
+ * (the bytes recently live, at least 8 MiB): freed, its mapping
  * serves a block of 3 MiB again with no mremap and (almost) no page fault.
  * Checked with the cache on and within the purge delay. */
 static void test_shrunk_keeps_tail(void) {
