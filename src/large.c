@@ -896,7 +896,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
       r->map_size = need;
     }
     resize_asked(r, size);
-    if (listed) hk_purger_notify_free();
+    if (listed) hk_purger_notify(); /* (realloc may start the purger, free() may not) */
     return p;
   }
   if (r->large_detached) return NULL; /* moving would break its alignment: copy */
