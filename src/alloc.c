@@ -11,6 +11,7 @@
 static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 #define HK_REALLOC_ROOM_MIN ((size_t)4 << 10)
+#define HK_REALLOC_SPAN_MIN (2 * HK_SLAB_SIZE) /* a first growth to this (with its room) takes a span block */
 
 void *hk_calloc(size_t n, size_t size) {
   size_t total;
@@ -137,7 +138,11 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
    * in place. "Keeps growing": this thread's realloc grew it before (one of
    * the last HK_GROWN_RING blocks it grew). A block resized to random sizes
    * would otherwise take such a span from the regions, and give it back, on
-   * every growth past 64 KiB. */
+   * every growth past 64 KiB. A first growth to HK_REALLOC_SPAN_MIN or more
+   * takes one too: it copies at least a slab, beside which the span costs
+   * little, and the classes there hold at most four blocks a page, each
+   * class's page a span of its own that a buffer growing through the
+   * classes would leave behind. */
   void *q = NULL;
   hk_heap *gh = size > usable && in == NULL ? hk_heap_get() : NULL;
   bool again = gh != NULL && r->kind != HK_KIND_LARGE && hk_span_block(hk_page_of(r, p));
@@ -148,7 +153,8 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
         gh->grown[i] = NULL;
       }
   }
-  if (again && want >= HK_SLAB_SIZE && want <= HK_MEDIUM_MAX && !hk_secure) q = hk_heap_alloc_span_block(gh, want);
+  bool span = again ? want >= HK_SLAB_SIZE : gh != NULL && r->kind != HK_KIND_LARGE && want >= HK_REALLOC_SPAN_MIN;
+  if (span && want <= HK_MEDIUM_MAX && !hk_secure) q = hk_heap_alloc_span_block(gh, want);
   if (q == NULL) q = in != NULL ? hk_user_heap_alloc(in, want) : hk_malloc_fast(want);
   if (q == NULL) return NULL; /* errno is ENOMEM; p is untouched */
   if (gh != NULL) gh->grown[gh->grown_next++ % HK_GROWN_RING] = q;

@@ -54,8 +54,9 @@ static void test_realloc_large_shrinks_in_place(void) {
  * free slabs after it and shrinks by giving back its tail, without moving.
  * A buffer that realloc grows again past 64 KiB gets such a span, placed
  * with free slabs after it, so its next steps stay in place (a block's
- * first growth stays in the size classes: a block resized to random sizes
- * is not a growing buffer); hardened mode keeps its own realloc (canary and
+ * first growth stays in the size classes below 128 KiB: a block resized to
+ * random sizes is not a growing buffer), and so does a block's first growth
+ * to 128 KiB or more; hardened mode keeps its own realloc (canary and
  * trailer), where none of this applies. */
 static void test_realloc_in_place(void) {
   const char *sec = getenv("HAKMEM_SECURE");
@@ -73,6 +74,33 @@ static void test_realloc_in_place(void) {
   CHECK(once != NULL, "realloc(40 KiB -> 70 KiB) failed");
   if (!secure) CHECK(usable_of(once) < 128 * KiB, "a first growth to 70 KiB: usable %zu, a span of its own", usable_of(once));
   API(free)(once);
+  /* a first growth to two slabs or more (with its room) takes a span of its
+   * own: 100 -> 170 KiB (room: 212 KiB, a 224 KiB class) a 256 KiB span,
+   * and the next step, to 300 KiB, is in place (the thread's ring of grown blocks is filled
+   * with small blocks first, so that it cannot name the 100 KiB block) */
+  for (int i = 0; i < 32; i++) {
+    void *small = API(malloc)(32);
+    CHECK(small != NULL, "malloc(32) failed");
+    small = API(realloc)(small, 64);
+    CHECK(small != NULL, "realloc(32 -> 64) failed");
+    API(free)(small);
+  }
+  once = (unsigned char *)API(malloc)(100 * KiB);
+  CHECK(once != NULL, "malloc(100 KiB) failed");
+  uint64_t seed_once = seed_counter++;
+  hkt_fill(once, 100 * KiB, seed_once);
+  once = (unsigned char *)API(realloc)(once, 170 * KiB);
+  CHECK(once != NULL, "realloc(100 KiB -> 170 KiB) failed");
+  CHECK(hkt_verify(once, 100 * KiB, seed_once) == HKT_OK, "realloc(100 KiB -> 170 KiB) lost data");
+  if (!secure) CHECK(usable_of(once) == 256 * KiB, "a first growth to 170 KiB: usable %zu, expected a 256 KiB span", usable_of(once));
+  unsigned char *again = (unsigned char *)API(realloc)(once, 300 * KiB);
+  CHECK(again != NULL, "realloc(170 KiB -> 300 KiB) failed");
+  CHECK(hkt_verify(again, 100 * KiB, seed_once) == HKT_OK, "realloc(170 KiB -> 300 KiB) lost data");
+  if (!secure) {
+    CHECK(again == once, "realloc(170 KiB -> 300 KiB) moved the block: the slabs after its span were free");
+    CHECK(usable_of(again) == 320 * KiB, "realloc(-> 300 KiB): usable %zu", usable_of(again));
+  }
+  API(free)(again);
   /* a first growth, 40 -> 48 KiB, stays in the size classes (room: 60 KiB) */
   p = (unsigned char *)API(realloc)(p, 48 * KiB);
   CHECK(p != NULL, "realloc(40 KiB -> 48 KiB) failed");
