@@ -35,17 +35,21 @@ static void forget_empty(unsigned cls) {
   hk_sub_relaxed(&abandoned_empty_in[cls], 1);
 }
 
-/* An empty page of several slabs (blocks above 8 KiB) whose class has an
- * empty page kept already goes back to its region, purged, instead of
- * joining the list: the threads that start next take one page a class
- * each, and if every empty page were kept, they would take them in turn,
- * each with the OS pages its earlier owners wrote, and the memory kept
- * would grow with the number of threads run. Pages of one slab are all
- * kept: giving them back costs a madvise and page faults for each, more
- * than the memory is worth. A page with lent slabs is kept: they are not
- * its to purge. */
+/* An empty page of several slabs (blocks above 8 KiB) whose class has
+ * KEPT_EMPTY empty pages kept already goes back to its region, purged,
+ * instead of joining the list: the threads that start next take one page a
+ * class each, and if every empty page were kept, they would take them in
+ * turn, each with the OS pages its earlier owners wrote, and the memory
+ * kept would grow with the number of threads run. Two rather than one: two
+ * threads that end together leave a page of each class each, and the two
+ * that start next would otherwise fault a purged span in for the second;
+ * four keeps a fifth more memory where threads end in fours. Pages of one
+ * slab are all kept: giving them back costs a madvise and page faults for
+ * each, more than the memory is worth. A page with lent slabs is kept:
+ * they are not its to purge. */
+#define KEPT_EMPTY 2
 static bool surplus_empty(const hk_page *page) {
-  return page->nslabs > 1 && !page->lent && hk_load_relaxed(&abandoned_empty_in[page->cls]) != 0;
+  return page->nslabs > 1 && !page->lent && hk_load_relaxed(&abandoned_empty_in[page->cls]) >= KEPT_EMPTY;
 }
 
 /* An exiting thread's page joins the abandoned list of its class, even
