@@ -43,10 +43,10 @@ static void forget_empty(unsigned cls) {
  * kept would grow with the number of threads run. Two rather than one: two
  * threads that end together leave a page of each class each, and the two
  * that start next would otherwise fault a purged span in for the second;
- * four keeps a fifth more memory where threads end in fours. Pages of one
- * slab are all kept: giving them back costs a madvise and page faults for
- * each, more than the memory is worth. A page with lent slabs is kept:
- * they are not its to purge. */
+ * more would keep memory for thread counts a program may never reach
+ * again. Pages of one slab are all kept: giving them back costs a madvise
+ * and page faults for each, more than the memory is worth. A page with
+ * lent slabs is kept: they are not its to purge. */
 #define KEPT_EMPTY 2
 static bool surplus_empty(const hk_page *page) {
   return page->nslabs > 1 && !page->lent && hk_load_relaxed(&abandoned_empty_in[page->cls]) >= KEPT_EMPTY;
