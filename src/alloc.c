@@ -139,10 +139,10 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
    * the last HK_GROWN_RING blocks it grew). A block resized to random sizes
    * would otherwise take such a span from the regions, and give it back, on
    * every growth past 64 KiB. A first growth to HK_REALLOC_SPAN_MIN or more
-   * takes one too: it copies at least a slab, beside which the span costs
-   * little, and the classes there hold at most four blocks a page, each
+   * takes one too: the classes there hold at most four blocks a page, each
    * class's page a span of its own that a buffer growing through the
-   * classes would leave behind. */
+   * classes would leave behind, and beside the two slabs or more that the
+   * block then writes, taking its span from the regions costs little. */
   void *q = NULL;
   hk_heap *gh = size > usable && in == NULL ? hk_heap_get() : NULL;
   bool again = gh != NULL && r->kind != HK_KIND_LARGE && hk_span_block(hk_page_of(r, p));

@@ -76,8 +76,9 @@ static void test_realloc_in_place(void) {
   API(free)(once);
   /* a first growth to two slabs or more (with its room) takes a span of its
    * own: 100 -> 170 KiB (room: 212 KiB, a 224 KiB class) a 256 KiB span,
-   * and the next step, to 300 KiB, is in place (the thread's ring of grown blocks is filled
-   * with small blocks first, so that it cannot name the 100 KiB block) */
+   * and the next step, to 300 KiB, is in place (the thread's ring of grown
+   * blocks is filled with small blocks first, so that it cannot name the
+   * 100 KiB block) */
   for (int i = 0; i < 32; i++) {
     void *small = API(malloc)(32);
     CHECK(small != NULL, "malloc(32) failed");
