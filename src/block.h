@@ -308,6 +308,12 @@ HK_INLINE bool hk_span_block(const hk_page *page) {
   return page->reserved == 1 &&
          page->block_size + (hk_color_slabs(page->cls, page->nslabs) << HK_SLAB_SHIFT) == hk_page_span_bytes(page);
 }
+/* A page of one block of a class coloured inside its span (112-480 KiB,
+ * but the classes of whole slabs): realloc shrinks it in place into a span
+ * block of a class coloured with a slab, its colour offset kept. */
+HK_INLINE bool hk_colored_in_span(const hk_page *page) {
+  return hk_class_colored[page->cls] == HK_COLORED_IN_SPAN && page->nslabs == hk_class_slabs[page->cls] && !hk_secure;
+}
 /* hk_page_extend carves the blocks of HK_EXTEND_BYTES at a time, or one */
 #define HK_EXTEND_BYTES (4u << 10)
 HK_INLINE uint32_t hk_extend_blocks(uint32_t block_size) {

@@ -602,9 +602,13 @@ void *hk_heap_alloc(hk_heap *h, size_t size, unsigned cls) {
  * (sizeclass.c; not 1 MiB, nor a span block made by realloc, below).
  * realloc can therefore resize it where it is: take the free slabs that
  * follow it in its region, or give back its tail, and the page becomes a
- * page of the class of its new length, coloured if it was. Copying a
- * buffer that grows step by step through the medium sizes would otherwise
- * be the bulk of realloc's cost. */
+ * page of the class of its new length, coloured if it was. The block of a
+ * class coloured inside its span (288 KiB in 5 slabs, at a colour offset)
+ * shrinks the same way, into a span block of a class coloured with a slab,
+ * as its colour offset needs (growing, it moves as other class blocks do,
+ * into a span block with room: alloc.c). Copying
+ * a buffer that grows step by step through the medium sizes, or that
+ * shrinks to a fraction, would otherwise be the bulk of realloc's cost. */
 
 static void span_block_sized(hk_page *page, unsigned color_slabs) {
   uint32_t bs = hk_page_span_bytes(page) - (color_slabs << HK_SLAB_SHIFT);
@@ -614,17 +618,18 @@ static void span_block_sized(hk_page *page, unsigned color_slabs) {
   hk_page_set_carved(page);
 }
 
-/* Resize h's span block `page` (its block live) to hold size bytes
+/* Resize h's span block `page` (its block live), or shrink the block of a
+ * class coloured inside its span (hk_colored_in_span), to hold size bytes
  * (HK_SLAB_SIZE / 2 < size <= HK_MEDIUM_MAX); false if the slabs after it
  * are taken. The page must be parked on the full list first: its class,
  * which indexes the queue it would be in, changes. */
 bool hk_heap_resize_span_block(hk_heap *h, hk_page *page, size_t size) {
-  unsigned color = hk_color_slabs(page->cls, page->nslabs);
+  unsigned color = hk_colored_page(page->cls, page->nslabs);
   unsigned n = (unsigned)((size + HK_SLAB_SIZE - 1) >> HK_SLAB_SHIFT);
   /* a coloured block stays coloured: its new class must be one */
   if (color && hk_class_colored[hk_size_class((size_t)n << HK_SLAB_SHIFT)] != HK_COLORED_SLAB) return false;
   n += color;
-  if (n == page->nslabs) return true;
+  if (n == page->nslabs) return size <= page->block_size; /* (a block coloured in its span may be smaller) */
   if (!hk_page_parked(page)) {
     unsigned cls = page->cls;
     bool was_current = h->queues[cls].first == page;

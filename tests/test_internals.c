@@ -172,6 +172,34 @@ static void test_realloc_in_place(void) {
     API(free)(c);
     API(free)(b);
   }
+
+  /* the block of a class coloured inside its span (288 KiB: 5 slabs, at a
+   * colour offset) shrinks in place into a coloured span block: 288 -> 100
+   * KiB keeps its address and holds 128 KiB; it grows back, and its class
+   * keeps working */
+  for (int round = 0; round < 3; round++) {
+    unsigned char *a = (unsigned char *)API(malloc)(288 * KiB);
+    CHECK(a != NULL, "malloc(288 KiB) failed");
+    seed = seed_counter++;
+    hkt_fill(a, 288 * KiB, seed);
+    unsigned char *b = (unsigned char *)API(realloc)(a, 100 * KiB);
+    CHECK(b != NULL, "realloc(288 KiB -> 100 KiB) failed");
+    CHECK(hkt_verify(b, 100 * KiB, seed) == HKT_OK, "realloc(288 KiB -> 100 KiB) lost data");
+    if (!secure) {
+      CHECK(b == a, "realloc(288 KiB -> 100 KiB) moved the block");
+      CHECK(usable_of(b) == 128 * KiB, "realloc(288 KiB -> 100 KiB): usable %zu", usable_of(b));
+    }
+    unsigned char *c = (unsigned char *)API(malloc)(288 * KiB);
+    CHECK(c != NULL && (c + 288 * KiB <= b || c >= b + 128 * KiB), "malloc(288 KiB) after a shrink overlaps it");
+    memset(c, 0x5a, 288 * KiB);
+    CHECK(hkt_verify(b, 100 * KiB, seed) == HKT_OK, "a shrunk block was overwritten by a later block");
+    unsigned char *d = (unsigned char *)API(realloc)(b, 300 * KiB);
+    CHECK(d != NULL, "realloc(100 KiB -> 300 KiB) failed");
+    CHECK(hkt_verify(d, 100 * KiB, seed) == HKT_OK, "realloc(100 KiB -> 300 KiB) lost data");
+    CHECK(d + 300 * KiB <= c || d >= c + 288 * KiB, "realloc(100 KiB -> 300 KiB) overlaps another block");
+    API(free)(c);
+    API(free)(d);
+  }
 }
 
 /* Blocks alone in their page (64 KiB and 256 KiB, whose span gets a slab
