@@ -164,9 +164,11 @@ void hk_heap_rescue_full(hk_heap *h) {
  * Only the owner reaches them, so a thread that stops allocating keeps
  * them: they stay within HK_HELD_BYTES plus held_grown, which grows by a
  * block each time a class takes a span after a block of it was refused
- * the stash for want of budget (a span the stash would have saved), up to
- * HK_HELD_GROWN_MAX more, and while the budget is smaller than as many
- * such blocks as the heap has full pages holding live blocks: a program
+ * the stash for want of budget (a span the stash would have saved), and by
+ * a span after an emptied page of it was refused holding (a span holding
+ * would have saved), up to HK_HELD_GROWN_MAX more, and while the budget is
+ * smaller than as many such blocks (spans) as the heap has full pages
+ * holding live blocks: a program
  * that keeps many such blocks live, of many classes, needs a stash of many
  * blocks, one that keeps few live (a buffer growing through the classes)
  * does not, and its stash would only hold memory. Beyond that, empty pages
@@ -191,7 +193,8 @@ static bool take_refused(uint64_t *bits, unsigned cls) {
 
 /* class cls takes a span from the regions (spare budget) or from anywhere
  * (held budget): each budget that refused the class a span or a block
- * since its last grows by one of the class's */
+ * since its last grows by one of the class's (the held budget: by what it
+ * refused, a block to the stash or a span to holding) */
 static void grow_on_miss(hk_heap *h, unsigned cls, bool from_regions) {
   uint32_t bs = hk_class_block[cls];
   /* (a stashed block's page may still be queued, not parked) */
@@ -201,8 +204,13 @@ static void grow_on_miss(hk_heap *h, unsigned cls, bool from_regions) {
     uint32_t room = HK_HELD_GROWN_MAX - h->held_grown;
     h->held_grown += bs < room ? bs : room;
   }
+  uint32_t span = (uint32_t)hk_class_slabs[cls] << HK_SLAB_SHIFT;
+  if (take_refused(h->held_refused, cls) && (uint64_t)live_full * span > HK_HELD_BYTES + h->held_grown) {
+    uint32_t room = HK_HELD_GROWN_MAX - h->held_grown;
+    h->held_grown += span < room ? span : room;
+  }
   if (from_regions && take_refused(h->spare_refused, cls)) {
-    uint32_t span = (uint32_t)hk_class_slabs[cls] << HK_SLAB_SHIFT, room = HK_SPARE_GROWN_MAX - h->spare_grown;
+    uint32_t room = HK_SPARE_GROWN_MAX - h->spare_grown;
     h->spare_grown += span < room ? span : room;
   }
 }
@@ -441,6 +449,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
       hk_purger_poke_free();
       return;
     } else {
+      if (page->nslabs > 1 && !h->moving && !hk_secure_zero) note_refused(h->held_refused, cls);
       hk_list_remove(&h->queues[cls], page);
       retire_page(h, page);
     }

@@ -332,6 +332,8 @@ typedef struct hk_heap {
   uint32_t stash_blocks;          /* blocks in stash[], all classes */
   uint64_t stash_refused[(HK_NCLASSES + 63) / 64]; /* bit c: a freed block of class c was not
                                      stashed for want of held budget since the class last took a span */
+  uint64_t held_refused[(HK_NCLASSES + 63) / 64]; /* bit c: an emptied page of class c was not
+                                     held for want of held budget since the class last took a span */
   uint16_t stash_count[HK_NCLASSES]; /* blocks in stash[c] (statistics: live blocks, stats.c) */
   struct hk_page *stash_parked;   /* the parked page of several blocks a block was last stashed
                                      from: its next free takes it off the full list (queue.c; only
