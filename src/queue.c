@@ -165,8 +165,10 @@ void hk_heap_rescue_full(hk_heap *h) {
  * them: they stay within HK_HELD_BYTES plus held_grown, which grows by a
  * block each time a class takes a span after a block of it was refused
  * the stash for want of budget (a span the stash would have saved), and by
- * a span after an emptied page of it was refused holding (a span holding
- * would have saved), up to HK_HELD_GROWN_MAX more, and while the budget is
+ * a span after an emptied page of several blocks was refused holding (a
+ * span holding would have saved; not in hardened mode, which stashes
+ * nothing, so that there the budget, all an idle thread keeps, stays
+ * HK_HELD_BYTES), up to HK_HELD_GROWN_MAX more, and while the budget is
  * smaller than as many such blocks (spans) as the heap has full pages
  * holding live blocks: a program
  * that keeps many such blocks live, of many classes, needs a stash of many
@@ -449,7 +451,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
       hk_purger_poke_free();
       return;
     } else {
-      if (page->nslabs > 1 && !h->moving && !hk_secure_zero) note_refused(h->held_refused, cls);
+      if (page->reserved > 1 && !h->moving && !hk_secure) note_refused(h->held_refused, cls);
       hk_list_remove(&h->queues[cls], page);
       retire_page(h, page);
     }
