@@ -640,7 +640,10 @@ bool hk_heap_resize_span_block(hk_heap *h, hk_page *page, size_t size) {
   /* a coloured block stays coloured: its new class must be one */
   if (color && hk_class_colored[hk_size_class((size_t)n << HK_SLAB_SHIFT)] != HK_COLORED_SLAB) return false;
   n += color;
-  if (n == page->nslabs) return size <= page->block_size; /* (a block coloured in its span may be smaller) */
+  /* (a block coloured in its span that holds size already stays: a shrink
+   * never takes a slab) */
+  if (n >= page->nslabs && size <= page->block_size) return true;
+  if (n == page->nslabs) return false;
   if (!hk_page_parked(page)) {
     unsigned cls = page->cls;
     bool was_current = h->queues[cls].first == page;

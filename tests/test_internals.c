@@ -200,6 +200,14 @@ static void test_realloc_in_place(void) {
     API(free)(c);
     API(free)(d);
   }
+  /* ... but a shrink within its span's last slab takes no slab more:
+   * 120 KiB (2 slabs) -> 100 KiB stays a 120 KiB block */
+  unsigned char *e = (unsigned char *)API(malloc)(120 * KiB);
+  CHECK(e != NULL, "malloc(120 KiB) failed");
+  unsigned char *f = (unsigned char *)API(realloc)(e, 100 * KiB);
+  CHECK(f != NULL, "realloc(120 KiB -> 100 KiB) failed");
+  if (!secure) CHECK(f == e && usable_of(f) == 120 * KiB, "realloc(120 KiB -> 100 KiB): usable %zu", usable_of(f));
+  API(free)(f);
 }
 
 /* Blocks alone in their page (64 KiB and 256 KiB, whose span gets a slab
@@ -618,8 +626,35 @@ static void test_class_padding(void) {
   }
 }
 
-/* A thread that keeps many blocks of a page each (64 KiB and up) live, of
- * several sizes, and replaces the oldest one at a time: the stash
+/* New pages taken while a thread keeps 64 blocks of the given 8 sizes live
+ * and replaces the oldest one at a time by one of a random size, over
+ * `ops` replacements. It starts from a trimmed heap: what earlier tests
+ * left held or stashed shares the held budget until the next timed purge
+ * pass. */
+static long pages_taken_replacing(const size_t sizes[8], uint64_t x, int ops) {
+  enum { LIVE = 64 };
+  API(malloc_trim)(0);
+  void *p[LIVE];
+  for (int i = 0; i < LIVE; i++) {
+    p[i] = API(malloc)(sizes[i % 8]);
+    CHECK(p[i] != NULL, "malloc failed");
+    *(char *)p[i] = 1;
+  }
+  long before = hkt_stat("pages acquired (this+exited threads)");
+  for (int op = 0; op < ops; op++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    int k = op % LIVE;
+    API(free)(p[k]);
+    p[k] = API(malloc)(sizes[x % 8]);
+    CHECK(p[k] != NULL, "malloc failed");
+    *(char *)p[k] = 1;
+  }
+  long taken = hkt_stat("pages acquired (this+exited threads)") - before;
+  for (int i = 0; i < LIVE; i++) API(free)(p[i]);
+  return taken;
+}
+
+/* Blocks of one a page (64 KiB and up) of several sizes: the stash
  * (queue.c) grows to hold freed blocks of all those classes, so a malloc
  * takes a stashed block instead of a new page (and a free keeps its page).
  * Not in hardened mode (no stash), nor where timed purge passes, which
@@ -628,60 +663,22 @@ static void test_stash_grows(void) {
   const char *delay = getenv("HAKMEM_PURGE_DELAY_MS");
   if (hkt_hardened() || (delay != NULL && atol(delay) < 100)) return;
   static const size_t sizes[] = {65536, 114688, 122880, 131072, 180224, 196608, 229376, 245760};
-  enum { LIVE = 64, OPS = 20000 };
-  API(malloc_trim)(0);
-  void *p[LIVE];
-  uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (int i = 0; i < LIVE; i++) {
-    p[i] = API(malloc)(sizes[i % 8]);
-    CHECK(p[i] != NULL, "malloc failed");
-    *(char *)p[i] = 1;
-  }
-  long before = hkt_stat("pages acquired (this+exited threads)");
-  for (int op = 0; op < OPS; op++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    int k = op % LIVE;
-    API(free)(p[k]);
-    p[k] = API(malloc)(sizes[x % 8]);
-    CHECK(p[k] != NULL, "malloc failed");
-    *(char *)p[k] = 1;
-  }
-  long taken = hkt_stat("pages acquired (this+exited threads)") - before;
+  enum { OPS = 20000 };
+  long taken = pages_taken_replacing(sizes, 0x9E3779B97F4A7C15ull, OPS);
   CHECK(taken < OPS / 20, "%d mallocs of 64-240 KiB (64 live) took %ld new pages", OPS, taken);
-  for (int i = 0; i < LIVE; i++) API(free)(p[i]);
 }
 
 /* The same with blocks of classes of 2-4 blocks a page (72-208 KiB): the
  * held budget grows as pages emptied while it was full are taken again, so
  * the emptied pages stay in their queues instead of going back and being
- * taken anew. */
+ * taken anew (not in hardened mode: there the budget does not grow). */
 static void test_held_grows(void) {
   const char *delay = getenv("HAKMEM_PURGE_DELAY_MS");
   if (hkt_hardened() || (delay != NULL && atol(delay) < 100)) return;
   static const size_t sizes[] = {73728, 81920, 90112, 98304, 106496, 147456, 163840, 212992};
-  enum { LIVE = 64, OPS = 20000 };
-  /* (what earlier tests left held or stashed shares the budget until the
-   * next timed purge pass) */
-  API(malloc_trim)(0);
-  void *p[LIVE];
-  uint64_t x = 0x2545F4914F6CDD1Dull;
-  for (int i = 0; i < LIVE; i++) {
-    p[i] = API(malloc)(sizes[i % 8]);
-    CHECK(p[i] != NULL, "malloc failed");
-    *(char *)p[i] = 1;
-  }
-  long before = hkt_stat("pages acquired (this+exited threads)");
-  for (int op = 0; op < OPS; op++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    int k = op % LIVE;
-    API(free)(p[k]);
-    p[k] = API(malloc)(sizes[x % 8]);
-    CHECK(p[k] != NULL, "malloc failed");
-    *(char *)p[k] = 1;
-  }
-  long taken = hkt_stat("pages acquired (this+exited threads)") - before;
+  enum { OPS = 20000 };
+  long taken = pages_taken_replacing(sizes, 0x2545F4914F6CDD1Dull, OPS);
   CHECK(taken < OPS / 20, "%d mallocs of 72-208 KiB (64 live) took %ld new pages", OPS, taken);
-  for (int i = 0; i < LIVE; i++) API(free)(p[i]);
 }
 
 int main(void) {
