@@ -200,7 +200,7 @@ static bool take_refused(uint64_t *bits, unsigned cls) {
 static void grow_on_miss(hk_heap *h, unsigned cls, bool from_regions) {
   uint32_t bs = hk_class_block[cls];
   /* (a stashed block's page may still be queued, not parked) */
-  uint32_t alone = h->stash_blocks - h->stash_parked_blocks; /* stashed blocks of pages of one block */
+  uint32_t alone = h->stash_blocks - h->stash_parked_blocks - h->stash_medium_blocks; /* stashed blocks of pages of one block */
   uint32_t live_full = h->full_count > alone ? h->full_count - alone : 0;
   if (take_refused(h->stash_refused, cls) && (uint64_t)live_full * bs > HK_HELD_BYTES + h->held_grown) {
     uint32_t room = HK_HELD_GROWN_MAX - h->held_grown;
@@ -263,6 +263,11 @@ static void pass_review(hk_heap *h) {
  * purges only such stashes: below that, the owner keeps no lock, and an
  * idle thread keeps at most that much, as it keeps its held pages.
  *
+ * A block above 8 KiB freed into a parked page of 2 to STASH_FEW_BLOCKS
+ * blocks is stashed too, within the held budget, as a page of one block's
+ * is: frees at random among full pages would otherwise each take a page
+ * off the full list for one free block, and the malloc that takes it park
+ * the page again (two atomic operations and two list moves a block).
  * A block of up to 8 KiB freed into a parked page of several blocks is
  * stashed as well, up to STASH_PARKED_MAX a class and STASH_PARKED_TOTAL in
  * all (outside the held budget: each may keep a page that would otherwise
@@ -278,8 +283,9 @@ static void pass_review(hk_heap *h) {
  * (hk_malloc_no_head). */
 #define STASH_PARKED_MAX 32   /* blocks of parked pages of several in a class's stash, at most */
 #define STASH_PARKED_TOTAL 64 /* such blocks in the stash, all classes, at most */
-#define STASH_PARKED_SIZE 8192 /* their size at most: pages of one slab, 8 blocks or more */
+#define STASH_PARKED_SIZE 8192 /* their size at most: pages of one slab, 8 blocks or more (larger: the held budget) */
 #define STASH_PARKED_PAGES 16 /* parked pages of its class, at least, for such a block to be stashed */
+#define STASH_FEW_BLOCKS 4 /* larger blocks of parked pages of at most this many blocks go in the held budget */
 static _Atomic bool stash_waiting; /* a stash may be waiting for its purge (hk_heap_stash_purge_idle) */
 
 HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
@@ -287,7 +293,15 @@ HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
   /* (the current page stays current instead, held, and serves the fast
    * path: page_emptied; hardened mode's malloc does not look here) */
   if (hk_secure || h->moving) return false;
-  if (page->reserved != 1) {
+  if (page->reserved != 1 && page->reserved <= STASH_FEW_BLOCKS && bs > STASH_PARKED_SIZE) {
+    if (!hk_page_parked(page) || page == h->stash_parked) return false;
+    if (!held_fits(h, bs)) {
+      note_refused(h->stash_refused, page->cls);
+      return false;
+    }
+    h->stash_parked = page;
+    h->stash_medium_blocks++;
+  } else if (page->reserved != 1) {
     /* (a stashed block's link is its second word: 8-byte blocks have none) */
     if (bs < 16 || bs > STASH_PARKED_SIZE || !hk_page_parked(page) || page == h->stash_parked ||
         h->full_pages[page->cls] < STASH_PARKED_PAGES || h->stash_count[page->cls] >= STASH_PARKED_MAX ||
@@ -335,7 +349,9 @@ HK_INLINE hk_block *stash_take(hk_heap *h, unsigned cls) {
   h->stash_count[cls]--;
   h->stash_blocks--;
   hk_page *page = hk_block_page(b);
-  if (page->reserved != 1) {
+  if (page->reserved != 1 && page->reserved <= STASH_FEW_BLOCKS && page->block_size > STASH_PARKED_SIZE) {
+    h->stash_medium_blocks--;
+  } else if (page->reserved != 1) {
     h->stash_parked_blocks--;
     h->stash_parked_bytes -= page->block_size;
   }

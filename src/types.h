@@ -338,8 +338,10 @@ typedef struct hk_heap {
   struct hk_page *stash_parked;   /* the parked page of several blocks a block was last stashed
                                      from: its next free takes it off the full list (queue.c; only
                                      compared, never read through) */
-  uint32_t stash_parked_bytes;    /* the stash's blocks of parked pages of several: their bytes */
+  uint32_t stash_parked_bytes;    /* the stash's blocks of up to STASH_PARKED_SIZE of parked pages of
+                                     several: their bytes (outside the held budget) */
   uint32_t stash_parked_blocks;   /* and their number */
+  uint32_t stash_medium_blocks;   /* the stash's larger blocks of parked pages of several (within it) */
   uint32_t spare_grown;           /* the spare budget's growth (queue.c, spares.c) */
   uint64_t spare_refused[(HK_NCLASSES + 63) / 64]; /* bit c: class c gave a span back for want of
                                      spare budget since it last took one from the regions */
