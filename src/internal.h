@@ -274,7 +274,8 @@ void hk_heap_page_emptied(hk_heap *heap, hk_page *page);
 /* held pages' and stashed blocks' bytes within the held budget (the stash's
  * blocks of parked pages of several blocks have a bound of their own) */
 HK_INLINE uint32_t hk_heap_held_bytes(const hk_heap *h) { return h->held_bytes + h->stash_bytes - h->stash_parked_bytes; }
-hk_block *hk_heap_stash_take(hk_heap *h, unsigned cls); /* a stashed block of class cls, live again; NULL: none */
+void *hk_heap_stash_malloc(size_t size, hk_heap *h, unsigned cls); /* a stashed block of class cls, live
+                                    again, else hk_malloc_slow */
 void hk_heap_stash_flush(hk_heap *h); /* the stashed blocks back to their pages */
 void hk_heap_stash_purge_idle(void);  /* the purger: idle stashes' memory back to the OS */
 bool hk_heap_stash_pending(void);     /* a stash waits for that */

@@ -284,9 +284,54 @@ static void pass_review(hk_heap *h) {
 #define STASH_PARKED_MAX 32   /* blocks of parked pages of several in a class's stash, at most */
 #define STASH_PARKED_TOTAL 64 /* such blocks in the stash, all classes, at most */
 #define STASH_PARKED_SIZE 8192 /* their size at most: pages of one slab, 8 blocks or more (larger: the held budget) */
-#define STASH_PARKED_PAGES 16 /* parked pages of its class, at least, for such a block to be stashed */
+#define STASH_PARKED_PAGES 8 /* parked pages of its class, at least, for such a block to be stashed */
 #define STASH_FEW_BLOCKS 4 /* larger blocks of parked pages of at most this many blocks go in the held budget */
 static _Atomic bool stash_waiting; /* a stash may be waiting for its purge (hk_heap_stash_purge_idle) */
+
+/* b, a block of class cls of bs bytes, onto the stash, and off it again.
+ * Below HK_HELD_BYTES the owner changes the stash without the lock; a
+ * change that starts or ends above it takes the lock (the purger purges
+ * such stashes) and goes out of line, so that the common path makes no
+ * call and saves no registers. */
+HK_INLINE void stash_link(hk_heap *h, unsigned cls, hk_block *b, uint32_t bs) {
+  (&b->link)[1] = hk_cache_link(h, h->stash[cls]);
+  h->stash[cls] = b;
+  __atomic_store_n(&h->stash_bytes, h->stash_bytes + bs, __ATOMIC_RELAXED);
+  h->stash_count[cls]++;
+  h->stash_blocks++;
+}
+
+static HK_NOINLINE void stash_link_above(hk_heap *h, unsigned cls, hk_block *b, uint32_t bs) {
+  bool locked = hk_spin_lock(&h->stash_lock);
+  stash_link(h, cls, b, bs);
+  h->stash_ops++;
+  if (locked) hk_spin_unlock(&h->stash_lock);
+  if (!hk_load_relaxed(&stash_waiting)) { /* (the purger may be asleep) */
+    hk_store_relaxed(&stash_waiting, true);
+    hk_purge_poke = true;
+  }
+}
+
+HK_INLINE void stash_unlink(hk_heap *h, unsigned cls, hk_block *b) {
+  h->stash[cls] = hk_cache_next(h, b); /* (linked as the thread cache is) */
+  h->stash_count[cls]--;
+  h->stash_blocks--;
+  hk_page *page = hk_block_page(b);
+  if (page->reserved != 1 && page->reserved <= STASH_FEW_BLOCKS && page->block_size > STASH_PARKED_SIZE) {
+    h->stash_medium_blocks--;
+  } else if (page->reserved != 1) {
+    h->stash_parked_blocks--;
+    h->stash_parked_bytes -= page->block_size;
+  }
+  __atomic_store_n(&h->stash_bytes, h->stash_bytes - page->block_size, __ATOMIC_RELAXED);
+}
+
+static HK_NOINLINE void stash_unlink_above(hk_heap *h, unsigned cls, hk_block *b) {
+  bool locked = hk_spin_lock(&h->stash_lock);
+  stash_unlink(h, cls, b);
+  h->stash_ops++;
+  if (locked) hk_spin_unlock(&h->stash_lock);
+}
 
 HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
   uint32_t bs = page->block_size;
@@ -322,21 +367,8 @@ HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
   page->free = hk_link_next(b, page->key);
   page->used++;
   b->link = hk_foreign_tag(page);
-  /* (a stash beyond HK_HELD_BYTES is the purger's to purge too) */
-  bool above = h->stash_bytes + bs > HK_HELD_BYTES, locked = above && hk_spin_lock(&h->stash_lock);
-  (&b->link)[1] = hk_cache_link(h, h->stash[page->cls]);
-  h->stash[page->cls] = b;
-  __atomic_store_n(&h->stash_bytes, h->stash_bytes + bs, __ATOMIC_RELAXED);
-  h->stash_count[page->cls]++;
-  h->stash_blocks++;
-  if (above) {
-    h->stash_ops++;
-    if (locked) hk_spin_unlock(&h->stash_lock);
-    if (!hk_load_relaxed(&stash_waiting)) { /* (the purger may be asleep) */
-      hk_store_relaxed(&stash_waiting, true);
-      hk_purge_poke = true;
-    }
-  }
+  if (HK_UNLIKELY(h->stash_bytes + bs > HK_HELD_BYTES)) stash_link_above(h, page->cls, b, bs);
+  else stash_link(h, page->cls, b, bs);
   return true;
 }
 
@@ -344,26 +376,18 @@ HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
 HK_INLINE hk_block *stash_take(hk_heap *h, unsigned cls) {
   hk_block *b = h->stash[cls];
   if (b == NULL) return NULL;
-  bool above = h->stash_bytes > HK_HELD_BYTES, locked = above && hk_spin_lock(&h->stash_lock);
-  h->stash[cls] = hk_cache_next(h, b); /* (linked as the thread cache is) */
-  h->stash_count[cls]--;
-  h->stash_blocks--;
-  hk_page *page = hk_block_page(b);
-  if (page->reserved != 1 && page->reserved <= STASH_FEW_BLOCKS && page->block_size > STASH_PARKED_SIZE) {
-    h->stash_medium_blocks--;
-  } else if (page->reserved != 1) {
-    h->stash_parked_blocks--;
-    h->stash_parked_bytes -= page->block_size;
-  }
-  __atomic_store_n(&h->stash_bytes, h->stash_bytes - page->block_size, __ATOMIC_RELAXED);
-  h->stash_ops += above;
-  if (locked) hk_spin_unlock(&h->stash_lock);
+  if (HK_UNLIKELY(h->stash_bytes > HK_HELD_BYTES)) stash_unlink_above(h, cls, b);
+  else stash_unlink(h, cls, b);
   b->link = 0;
   (&b->link)[1] = 0;
   return b;
 }
 
-hk_block *hk_heap_stash_take(hk_heap *h, unsigned cls) { return stash_take(h, cls); }
+void *hk_heap_stash_malloc(size_t size, hk_heap *h, unsigned cls) {
+  hk_block *b = stash_take(h, cls);
+  if (b != NULL) return b;
+  return hk_malloc_slow(size, h);
+}
 
 static void page_emptied(hk_heap *h, hk_page *page);
 
