@@ -64,8 +64,8 @@ void hk_debug_page(const hk_page *page) {
 /* A heap's structure: each class's queue holds live pages of the class
  * owned by the heap and not parked, its first page is what direct[] and
  * by_size[] expose, held bytes add up, the full
- * list holds parked pages only, and the thread cache's counts agree with
- * its lists. deep: every page's free list too. */
+ * list holds parked pages only, and the thread cache's and the stash's
+ * counts agree with their lists. deep: every page's free list too. */
 void hk_debug_heap(const hk_heap *h, bool deep) {
   if (h == &hk_heap_empty) return;
   hk_heap *tag = hk_owner_tag((hk_heap *)h);
@@ -104,6 +104,33 @@ void hk_debug_heap(const hk_heap *h, bool deep) {
   for (unsigned c = 0; c < HK_NCLASSES; c++) hk_assert(per_class[c] == h->full_pages[c]);
   hk_assert(h->free_owner == h || h->free_owner == HK_NO_OWNER(h));
   hk_assert(held == h->held_bytes);
+  /* the stash: its lists agree with its counts, and each block, tagged as
+   * a cached one, lies in a page of the heap's (stash_put stashes a block
+   * of a page of several only if it is of 16 B to 8 KiB, or above that in
+   * a page of at most STASH_FEW_BLOCKS) */
+  uint32_t stashed = 0, small = 0, medium = 0;
+  uint64_t bytes = 0, small_bytes = 0;
+  for (unsigned c = 0; c < HK_NCLASSES; c++) {
+    uint32_t n = 0;
+    for (const hk_block *b = h->stash[c]; b != NULL; b = hk_cache_next(h, b)) {
+      const hk_page *p = hk_block_page(b);
+      hk_assert(b->link == hk_foreign_tag(p));
+      hk_assert(hk_load_relaxed(&((hk_page *)p)->heap) == tag);
+      hk_assert(++n <= h->stash_count[c]);
+      bytes += p->block_size;
+      if (p->reserved == 1) continue;
+      if (p->block_size > 8192) {
+        medium++;
+      } else {
+        small++;
+        small_bytes += p->block_size;
+      }
+    }
+    hk_assert(n == h->stash_count[c]);
+    stashed += n;
+  }
+  hk_assert(stashed == h->stash_blocks && bytes == h->stash_bytes);
+  hk_assert(small == h->stash_parked_blocks && small_bytes == h->stash_parked_bytes && medium == h->stash_medium_blocks);
   hk_assert(hk_heap_held_bytes(h) <= HK_HELD_BYTES + h->held_grown && h->held_grown <= HK_HELD_GROWN_MAX &&
             h->spare_grown <= HK_SPARE_GROWN_MAX);
 }
