@@ -274,6 +274,14 @@ void hk_heap_page_emptied(hk_heap *heap, hk_page *page);
 /* held pages' and stashed blocks' bytes within the held budget (the stash's
  * blocks of parked pages of several blocks have a bound of their own) */
 HK_INLINE uint32_t hk_heap_held_bytes(const hk_heap *h) { return h->held_bytes + h->stash_bytes - h->stash_parked_bytes; }
+/* The stash (queue.c) keeps freed blocks of parked pages of several blocks
+ * in two kinds: of 16 B to HK_STASH_PARKED_SIZE, outside the held budget,
+ * and above that in pages of at most HK_STASH_FEW_BLOCKS, within it. */
+#define HK_STASH_PARKED_SIZE 8192 /* pages of one slab, 8 blocks or more */
+#define HK_STASH_FEW_BLOCKS 4
+HK_INLINE bool hk_stash_medium(const hk_page *page) {
+  return page->reserved != 1 && page->reserved <= HK_STASH_FEW_BLOCKS && page->block_size > HK_STASH_PARKED_SIZE;
+}
 void *hk_heap_stash_malloc(size_t size, hk_heap *h, unsigned cls); /* a stashed block of class cls, live
                                     again, else hk_malloc_slow */
 void hk_heap_stash_flush(hk_heap *h); /* the stashed blocks back to their pages */

@@ -263,7 +263,7 @@ static void pass_review(hk_heap *h) {
  * purges only such stashes: below that, the owner keeps no lock, and an
  * idle thread keeps at most that much, as it keeps its held pages.
  *
- * A block above 8 KiB freed into a parked page of 2 to STASH_FEW_BLOCKS
+ * A block above 8 KiB freed into a parked page of 2 to HK_STASH_FEW_BLOCKS
  * blocks is stashed too, within the held budget, as a page of one block's
  * is: frees at random among full pages would otherwise each take a page
  * off the full list for one free block, and the malloc that takes it park
@@ -283,9 +283,7 @@ static void pass_review(hk_heap *h) {
  * (hk_malloc_no_head). */
 #define STASH_PARKED_MAX 32   /* blocks of parked pages of several in a class's stash, at most */
 #define STASH_PARKED_TOTAL 64 /* such blocks in the stash, all classes, at most */
-#define STASH_PARKED_SIZE 8192 /* their size at most: pages of one slab, 8 blocks or more (larger: the held budget) */
 #define STASH_PARKED_PAGES 8 /* parked pages of its class, at least, for such a block to be stashed */
-#define STASH_FEW_BLOCKS 4 /* larger blocks of parked pages of at most this many blocks go in the held budget */
 static _Atomic bool stash_waiting; /* a stash may be waiting for its purge (hk_heap_stash_purge_idle) */
 
 /* b, a block of class cls of bs bytes, onto the stash, and off it again.
@@ -317,7 +315,7 @@ HK_INLINE void stash_unlink(hk_heap *h, unsigned cls, hk_block *b) {
   h->stash_count[cls]--;
   h->stash_blocks--;
   hk_page *page = hk_block_page(b);
-  if (page->reserved != 1 && page->reserved <= STASH_FEW_BLOCKS && page->block_size > STASH_PARKED_SIZE) {
+  if (hk_stash_medium(page)) {
     h->stash_medium_blocks--;
   } else if (page->reserved != 1) {
     h->stash_parked_blocks--;
@@ -338,7 +336,7 @@ HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
   /* (the current page stays current instead, held, and serves the fast
    * path: page_emptied; hardened mode's malloc does not look here) */
   if (hk_secure || h->moving) return false;
-  if (page->reserved != 1 && page->reserved <= STASH_FEW_BLOCKS && bs > STASH_PARKED_SIZE) {
+  if (hk_stash_medium(page)) {
     if (!hk_page_parked(page) || page == h->stash_parked) return false;
     if (!held_fits(h, bs)) {
       note_refused(h->stash_refused, page->cls);
@@ -348,7 +346,7 @@ HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
     h->stash_medium_blocks++;
   } else if (page->reserved != 1) {
     /* (a stashed block's link is its second word: 8-byte blocks have none) */
-    if (bs < 16 || bs > STASH_PARKED_SIZE || !hk_page_parked(page) || page == h->stash_parked ||
+    if (bs < 16 || bs > HK_STASH_PARKED_SIZE || !hk_page_parked(page) || page == h->stash_parked ||
         h->full_pages[page->cls] < STASH_PARKED_PAGES || h->stash_count[page->cls] >= STASH_PARKED_MAX ||
         h->stash_parked_blocks >= STASH_PARKED_TOTAL)
       return false;

@@ -338,7 +338,7 @@ typedef struct hk_heap {
   struct hk_page *stash_parked;   /* the parked page of several blocks a block was last stashed
                                      from: its next free takes it off the full list (queue.c; only
                                      compared, never read through) */
-  uint32_t stash_parked_bytes;    /* the stash's blocks of up to STASH_PARKED_SIZE of parked pages of
+  uint32_t stash_parked_bytes;    /* the stash's blocks of up to HK_STASH_PARKED_SIZE of parked pages of
                                      several: their bytes (outside the held budget) */
   uint32_t stash_parked_blocks;   /* and their number */
   uint32_t stash_medium_blocks;   /* the stash's larger blocks of parked pages of several (within it) */

@@ -105,9 +105,7 @@ void hk_debug_heap(const hk_heap *h, bool deep) {
   hk_assert(h->free_owner == h || h->free_owner == HK_NO_OWNER(h));
   hk_assert(held == h->held_bytes);
   /* the stash: its lists agree with its counts, and each block, tagged as
-   * a cached one, lies in a page of the heap's (stash_put stashes a block
-   * of a page of several only if it is of 16 B to 8 KiB, or above that in
-   * a page of at most STASH_FEW_BLOCKS) */
+   * a cached one, lies in a page of the heap's */
   uint32_t stashed = 0, small = 0, medium = 0;
   uint64_t bytes = 0, small_bytes = 0;
   for (unsigned c = 0; c < HK_NCLASSES; c++) {
@@ -119,9 +117,10 @@ void hk_debug_heap(const hk_heap *h, bool deep) {
       hk_assert(++n <= h->stash_count[c]);
       bytes += p->block_size;
       if (p->reserved == 1) continue;
-      if (p->block_size > 8192) {
+      if (hk_stash_medium(p)) {
         medium++;
       } else {
+        hk_assert(p->block_size <= HK_STASH_PARKED_SIZE);
         small++;
         small_bytes += p->block_size;
       }
