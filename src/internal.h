@@ -80,6 +80,7 @@ extern uintptr_t hk_key, hk_key2; /* the secret keys derive from */
 void hk_keys_init(void);
 uintptr_t hk_derive_key(uint64_t a, uint64_t b); /* keyed hash of (a, b), bits 48-63 >= 0x100 */
 uintptr_t hk_page_key(uint64_t page);            /* a page's key, from its thread's seed */
+void hk_derive_list_keys(uint64_t a, uint64_t b, uintptr_t *add, uintptr_t *mul, uintptr_t *inv); /* hk_cache_link's */
 uint64_t hk_random_gap(uint64_t mean);           /* exponentially distributed, this thread's generator */
 size_t hk_fmt_hex(char *buf, uintptr_t v);
 size_t hk_fmt_dec(char *buf, uint64_t v);
@@ -305,21 +306,22 @@ void hk_secure_free(hk_block *b, hk_page *page, hk_heap *self);   /* hardened mo
 void hk_secure_quarantine_flush(hk_heap *h); /* hardened mode's quarantine, back to the pages */
 /* A cached (or stashed) block links to the next through its second word
  * (blocks of 16 bytes and more); its first word is the foreign tag. The
- * link holds the next block's address XOR-ed with the heap's list key in
- * its low HK_VA_BITS (48) bits, where every block lies (the ownership map
- * covers no more), and a keyed 16-bit hash of that address in the top 16:
- * a link the program overwrote in a freed block matches its hash with odds
- * of 2^-16, and is reported before anything is read through it. */
-#define HK_LINK_ADDR (((uintptr_t)1 << HK_VA_BITS) - 1)
-HK_INLINE uintptr_t hk_link_hash(const hk_heap *h, uintptr_t a) { return (a * (h->list_key | 1)) >> HK_VA_BITS; }
+ * link is (next + list_add) * list_mul mod 2^64, with the heap's two keys
+ * (list_mul odd, list_inv its inverse): decoding multiplies by list_inv and
+ * subtracts list_add, and an address above HK_VA_BITS (48) bits, where no
+ * block lies (the ownership map covers no more), is a link the program
+ * overwrote in a freed block. A changed link decodes to an address whose
+ * top 16 bits are spread by the multiply: it passes with odds of 2^-16,
+ * a zeroed one never (list_add lies in [2^62, 2^63): -list_add has its top
+ * bit set). One multiply each way, where a separate keyed hash of the
+ * address took a multiply and four masks. */
 HK_INLINE uintptr_t hk_cache_link(const hk_heap *h, const hk_block *next) {
-  uintptr_t a = (uintptr_t)next;
-  return ((a ^ h->list_key) & HK_LINK_ADDR) | hk_link_hash(h, a) << HK_VA_BITS;
+  return ((uintptr_t)next + h->list_add) * h->list_mul;
 }
 HK_NOINLINE HK_COLD __attribute__((noreturn)) void hk_cache_corrupted(const hk_block *b);
 HK_INLINE hk_block *hk_cache_next(const hk_heap *h, const hk_block *b) {
-  uintptr_t w = (&b->link)[1], a = (w ^ h->list_key) & HK_LINK_ADDR;
-  if (HK_UNLIKELY(w >> HK_VA_BITS != hk_link_hash(h, a))) hk_cache_corrupted(b);
+  uintptr_t a = (&b->link)[1] * h->list_inv - h->list_add;
+  if (HK_UNLIKELY(a >> HK_VA_BITS != 0)) hk_cache_corrupted(b);
   return (hk_block *)a;
 }
 /* Take b, the class's first cached block, as a live block. */

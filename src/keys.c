@@ -51,6 +51,18 @@ uintptr_t hk_derive_key(uint64_t a, uint64_t b) {
 }
 
 
+/* The keys of a heap's cache and stash links (hk_cache_link): list_add in
+ * [2^62, 2^63), list_mul odd, list_inv its inverse mod 2^64 (Newton's
+ * iteration doubles the correct low bits from the 3 every odd number has:
+ * five steps reach 96). */
+void hk_derive_list_keys(uint64_t a, uint64_t b, uintptr_t *add, uintptr_t *mul, uintptr_t *inv) {
+  *add = (hk_derive_key(a, b) & ~((uint64_t)1 << 63)) | (uint64_t)1 << 62;
+  uint64_t m = hk_derive_key(~a, b) | 1, x = m;
+  for (int i = 0; i < 5; i++) x *= 2 - m * x;
+  *mul = m;
+  *inv = x;
+}
+
 /* The high and low halves of a * b, XOR-ed: neither invertible nor linear. */
 static inline uint64_t fold(uint64_t a, uint64_t b) {
   unsigned __int128 r = (unsigned __int128)a * b;

@@ -127,10 +127,11 @@ static HK_NOINLINE void *sampled_malloc(size_t size, hk_heap *h) {
  * the budget is open again. */
 void *(*hk_heap_use_alloc)(size_t size);
 
-void *hk_malloc_gated(size_t size, hk_heap *h) {
+/* The rest of hk_malloc_gated: a heap of the program's, the profiler on,
+ * or a budget to open again. Out of line, so that the cache mode's malloc
+ * saves no register and makes no frame on its way to hk_malloc_cached. */
+static HK_NOINLINE void *malloc_gated_rest(size_t size, hk_heap *h) {
   if (HK_UNLIKELY(hk_tls.use != NULL)) return hk_heap_use_alloc(size); /* (set before any use) */
-  /* (a shut budget is left as it is: it stays negative for 2^62 bytes of
-   * requests, and hk_malloc_slow sets it again after any larger one) */
   if (h->free_owner != h) {
     if (hk_profile_on && h != &hk_heap_empty && !hk_secure && (int64_t)(h->sample_left -= size) < 0) {
       h->sample_left = hk_random_gap((uint64_t)hk_opt.profile_rate);
@@ -141,6 +142,13 @@ void *hk_malloc_gated(size_t size, hk_heap *h) {
   hk_tls_arm();
   if (hk_profile_on) return sampled_malloc(size, h);
   return hk_malloc_heap(size, h);
+}
+
+void *hk_malloc_gated(size_t size, hk_heap *h) {
+  /* (a shut budget is left as it is: it stays negative for 2^62 bytes of
+   * requests, and hk_malloc_slow sets it again after any larger one) */
+  if (HK_LIKELY(h->free_owner != h && hk_tls.use == NULL && !hk_profile_on)) return hk_malloc_cached(size, h);
+  return malloc_gated_rest(size, h);
 }
 
 /* malloc in cache mode (h->free_owner != h, remote.c): the class's cached

@@ -308,8 +308,9 @@ typedef struct hk_heap {
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
   hk_block *cache_first[HK_NCLASSES]; /* the thread cache of freed blocks (remote.c): each class's
                                      most recently freed first, linked through their second word */
-  uintptr_t list_key;             /* the cache's and the stash's links are XOR-ed with it (derived
-                                     from the secret anew for each ownership, keys.c) */
+  uintptr_t list_add, list_mul, list_inv; /* the keys of the cache's and the stash's links
+                                     (hk_cache_link), derived from the secret anew for each
+                                     ownership (heap.c) */
   hk_block *quarantine[HK_QUARANTINE]; /* hardened mode: blocks the thread freed, not yet back on
                                      their pages (secure.c); NULL: a free slot */
   hk_page *quarantine_page[HK_QUARANTINE]; /* their pages */

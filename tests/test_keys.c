@@ -121,8 +121,15 @@ int main(void) {
   hk_page *pp = hk_page_of(hk_region_of(p), p), *pq = hk_page_of(hk_region_of(q), q);
   EXPECT(pp->key != pq->key, "two pages have the same key");
   hk_heap *h = hk_tls_heap;
-  EXPECT(h != NULL && h->list_key != hk_key && h->list_key != hk_key2 && h->list_key != 0,
-         "the heap's list key is the secret, or unset");
+  EXPECT(h != NULL && h->list_add != hk_key && h->list_add != hk_key2 && h->list_mul != hk_key &&
+             h->list_mul != hk_key2 && h->list_add >> 62 == 1,
+         "the heap's list keys are the secret, or unset");
+  EXPECT(h->list_mul * h->list_inv == 1 && (h->list_mul & 1), "the heap's list multiplier's inverse is wrong");
+  uintptr_t two[2] = {0, hk_cache_link(h, (const hk_block *)p)};
+  EXPECT(hk_cache_next(h, (const hk_block *)two) == (const hk_block *)p, "a cache link does not decode to its block");
+  two[1] = hk_cache_link(h, NULL);
+  EXPECT(two[1] != 0 && hk_cache_next(h, (const hk_block *)two) == NULL, "the list's end is a zero link");
+  EXPECT(((uintptr_t)0 * h->list_inv - h->list_add) >> HK_VA_BITS != 0, "a zeroed link decodes to an address");
   hak_free(p);
   hak_free(q);
   if (failures) {
