@@ -5,6 +5,7 @@
                                   [--sweep bench/results/sweep-full.json]
                                   [--hardened DIR/bench-full.json]
                                   [--profiler DIR/bench-full.json]
+                                  [--scaling DIR/bench-scaling.json]
 
 Each part lies between two marker comments in docs/BENCHMARKS.md and is
 replaced whole; the text around them is left alone. The suite's part
@@ -17,7 +18,9 @@ default build against a hardened one (its command is in that table):
     python3 bench/run.py --with hakmem-secure=BUILD/libhakmem.so \
         --allocators hakmem,hakmem-secure --repeats 3 --out DIR
 
-and the heap profiler's in docs/PROFILE.md from a run of the library with
+The thread-scaling section comes from a run on a many-core machine
+(`python3 bench/run.py --scaling`, its command in the section), and the heap
+profiler's cost in docs/PROFILE.md from a run of the library with
 and without it:
 
     python3 bench/run.py --with hakmem-prof=build/libhakmem.so,HAKMEM_PROFILE=1,HAKMEM_PROFILE_FILE=DIR/h.%p \
@@ -252,6 +255,64 @@ def cost_part(path, other, label, setup, subject):
     ])
 
 
+def scaling_part(path):
+    data = json.load(open(path))
+    meta, summ = data["meta"], data["summary"]
+    allocs = list(data["allocators"]) if isinstance(data["allocators"], list) else list(data["allocators"].keys())
+    md = open(path[:-5] + ".md").read()
+    tables = md.split("\n\n", 1)[1].strip()  # after the header lines
+    families = {}
+    for b in data["benchmarks"]:
+        fam, t = b["name"].rsplit("_", 1)
+        families.setdefault(fam, []).append((int(t.rstrip("t")), b["name"]))
+    grow, vs_best = [], []
+    for fam, runs in families.items():
+        runs.sort()
+        lo, hi = runs[0], runs[-1]
+        cells = []
+        for a in allocs:
+            x, y = ok(summ[lo[1]], a, "ops_per_sec"), ok(summ[hi[1]], a, "ops_per_sec")
+            cells.append(f"{y / x:.1f}x" if x and y else "-")
+        grow.append(f"| {fam}, {lo[0]} -> {hi[0]} threads | " + " | ".join(cells) + " |")
+        per_t = {}
+        for t, n in runs:
+            h = ok(summ[n], "hakmem", "ops_per_sec")
+            peers = {a: ok(summ[n], a, "ops_per_sec") for a in allocs if a not in ("hakmem", "glibc")}
+            peers = {a: v for a, v in peers.items() if v}
+            if h and peers:
+                bp = max(peers, key=peers.get)
+                per_t[t] = f"{h / peers[bp]:.2f}x ({bp})"
+        vs_best.append((fam, per_t))
+    counts = sorted({t for runs in families.values() for t, _ in runs})
+    vs_best = [f"| {fam} | " + " | ".join(per_t.get(t, "-") for t in counts) + " |" for fam, per_t in vs_best]
+    out = f"""Generated from the bench-scaling.json of a run of
+`{meta['command']}`: {meta['date']}, commit `{meta['commit']}`, {meta['nproc']} CPUs ({meta['cpu']}),
+kernel {meta['kernel']}, glibc {data.get('meta', {}).get('versions', {}).get('glibc', '')}; medians of {meta['repeats']}; load average
+{meta['loadavg_at_start']} at the start, {meta['loadavg_at_end']} at the end.
+
+![hakmem scaling relative to the peers](bench-scaling-chart.svg)
+
+{tables}
+
+hakmem's throughput over the best peer's (mimalloc, jemalloc, tcmalloc) at
+each thread count:
+
+| benchmark | {' | '.join(f'{t} thread' + ('s' if t > 1 else '') for t in counts)} |
+|---|{'---:|' * len(counts)}
+{chr(10).join(vs_best)}
+
+How each allocator's throughput grows with the threads:
+
+| scaling | {' | '.join(allocs)} |
+|---|{'---:|' * len(allocs)}
+{chr(10).join(grow)}
+"""
+    chart = path[:-5] + "-chart.svg"
+    if os.path.exists(chart):
+        shutil.copy(chart, os.path.join(REPO, "docs", "bench-scaling-chart.svg"))
+    return out
+
+
 def hardened_part(path):
     return cost_part(path, "hakmem-secure", "hardened",
                      "where the second library is the same commit built with `-DHAKMEM_SECURE_DEFAULT=ON`",
@@ -270,7 +331,13 @@ def main():
     ap.add_argument("--sweep", default=os.path.join(REPO, "bench", "results", "sweep-full.json"))
     ap.add_argument("--hardened", help="a run of hakmem against hakmem-secure (see above)")
     ap.add_argument("--profiler", help="a run of hakmem against hakmem-prof (see above)")
+    ap.add_argument("--scaling", help="a run of bench/run.py --scaling (see above)")
     args = ap.parse_args()
+    if args.scaling:
+        text = splice(open(DOC).read(), "scaling results", scaling_part(args.scaling))
+        open(DOC, "w").write(text)
+        print("docs_results.py: wrote", DOC, "from", args.scaling)
+        return
     if args.profiler:
         table = profiler_part(args.profiler)
         doc = os.path.join(REPO, "docs", "PROFILE.md")
