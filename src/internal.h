@@ -283,8 +283,8 @@ HK_INLINE uint32_t hk_heap_held_bytes(const hk_heap *h) { return h->held_bytes +
 HK_INLINE bool hk_stash_medium(const hk_page *page) {
   return page->reserved != 1 && page->reserved <= HK_STASH_FEW_BLOCKS && page->block_size > HK_STASH_PARKED_SIZE;
 }
-void *hk_heap_stash_malloc(size_t size, hk_heap *h, unsigned cls); /* a stashed block of class cls, live
-                                    again, else hk_malloc_slow */
+void *hk_heap_stash_malloc(hk_heap *h, unsigned cls); /* the first stashed block of class cls (there
+                                    is one), live again */
 void hk_heap_stash_flush(hk_heap *h); /* the stashed blocks back to their pages */
 void hk_heap_stash_purge_idle(void);  /* the purger: idle stashes' memory back to the OS */
 bool hk_heap_stash_pending(void);     /* a stash waits for that */

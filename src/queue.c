@@ -370,10 +370,8 @@ HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
   return true;
 }
 
-/* A stashed block of class cls, live again, or NULL. */
-HK_INLINE hk_block *stash_take(hk_heap *h, unsigned cls) {
-  hk_block *b = h->stash[cls];
-  if (b == NULL) return NULL;
+/* b, the first stashed block of class cls, off the stash and live again. */
+HK_INLINE hk_block *stash_take_first(hk_heap *h, unsigned cls, hk_block *b) {
   if (HK_UNLIKELY(h->stash_bytes > HK_HELD_BYTES)) stash_unlink_above(h, cls, b);
   else stash_unlink(h, cls, b);
   b->link = 0;
@@ -381,11 +379,13 @@ HK_INLINE hk_block *stash_take(hk_heap *h, unsigned cls) {
   return b;
 }
 
-void *hk_heap_stash_malloc(size_t size, hk_heap *h, unsigned cls) {
-  hk_block *b = stash_take(h, cls);
-  if (b != NULL) return b;
-  return hk_malloc_slow(size, h);
+/* A stashed block of class cls, live again, or NULL. */
+HK_INLINE hk_block *stash_take(hk_heap *h, unsigned cls) {
+  hk_block *b = h->stash[cls];
+  return b != NULL ? stash_take_first(h, cls, b) : NULL;
 }
+
+void *hk_heap_stash_malloc(hk_heap *h, unsigned cls) { return stash_take_first(h, cls, h->stash[cls]); }
 
 static void page_emptied(hk_heap *h, hk_page *page);
 

@@ -195,9 +195,9 @@ void *hk_malloc_no_head(size_t size, hk_heap *h, hk_page *page) {
     /* a stashed block of the class first (queue.c), without the slow
      * path's calls: they have nothing to do while neither the purger nor
      * the soft limit waits for one */
-    if (h->stash_bytes != 0 && page != &hk_page_empty && !hk_purge_poke && !hk_load_relaxed(&hk_purger_wanted) &&
-        !hk_load_relaxed(&hk_limit_soft_crossed))
-      return hk_heap_stash_malloc(size, h, page->cls);
+    if (page != &hk_page_empty && h->stash[page->cls] != NULL && !hk_purge_poke &&
+        !hk_load_relaxed(&hk_purger_wanted) && !hk_load_relaxed(&hk_limit_soft_crossed))
+      return hk_heap_stash_malloc(h, page->cls);
     return hk_malloc_slow(size, h);
   }
   hk_fatal("free list corrupted (a freed block was written: a use after free, or an overflow)", page->free);

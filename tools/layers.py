@@ -9,7 +9,8 @@ that name it. It also prints the cycles of the file graph (its strongly
 connected components of more than one file).
 
 usage: tools/layers.py [BUILD_DIR]   (default build; run `make build` first)
-Exit status 1 if any call runs upward, 2 on a file with no layer.
+Exit status 1 if any call runs upward, the files form a cycle, or no object
+file is found; 2 on a file with no layer.
 """
 import os, re, subprocess, sys
 from collections import defaultdict
@@ -53,7 +54,9 @@ def nm(path):
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    objs = objects(build)
+    objs = objects(build) if os.path.isdir(os.path.join(build, "CMakeFiles", "hakmem_static.dir", "src")) else {}
+    if not objs:
+        sys.exit(f"layers.py: no object files of hakmem_static in {build} (build it first)")
     owner, uses = {}, {}
     for f, path in objs.items():
         defined, used = nm(path)
