@@ -287,7 +287,7 @@ def scaling_part(path):
     vs_best = [f"| {fam} | " + " | ".join(per_t.get(t, "-") for t in counts) + " |" for fam, per_t in vs_best]
     out = f"""Generated from the bench-scaling.json of a run of
 `{meta['command']}`: {meta['date']}, commit `{meta['commit']}`, {meta['nproc']} CPUs ({meta['cpu']}),
-kernel {meta['kernel']}, glibc {data.get('meta', {}).get('versions', {}).get('glibc', '')}; medians of {meta['repeats']}; load average
+kernel {meta['kernel']}, glibc {meta.get('versions', {}).get('glibc', '')}; medians of {meta['repeats']}; load average
 {meta['loadavg_at_start']} at the start, {meta['loadavg_at_end']} at the end.
 
 ![hakmem scaling relative to the peers](bench-scaling-chart.svg)
