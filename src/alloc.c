@@ -10,7 +10,7 @@
 
 static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
-#define HK_REALLOC_ROOM_MIN ((size_t)4 << 10)
+#define HK_REALLOC_SMALL ((size_t)4 << 10) /* realloc_small's blocks are below this */
 #define HK_REALLOC_SPAN_MIN (2 * HK_SLAB_SIZE) /* a first growth to this (with its room) takes a span block */
 
 void *hk_calloc(size_t n, size_t size) {
@@ -64,6 +64,41 @@ void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
 
 void *hk_realloc(void *p, size_t size) { return hk_realloc_in(p, size, NULL); }
 
+/* realloc of a small block of the thread's own (below HK_REALLOC_SMALL,
+ * before and after), as free's fast path finds it: of the rest of realloc
+ * only the room applies to it (no span, no resize in place), so it stays
+ * where it is or moves, with one page lookup. Returns false, having
+ * done nothing, for anything else (another thread's block, a program
+ * heap's, hardened mode, a block that looks freed, a misaligned or invalid
+ * pointer: all checked by the general path). */
+HK_INLINE bool realloc_small(void *p, size_t size, void **out) {
+  uintptr_t slab = hk_arena_slab((uintptr_t)p);
+  if (HK_UNLIKELY(slab >= HK_ARENA_SLABS || size >= HK_REALLOC_SMALL || hk_secure)) return false;
+  hk_page *page = hk_arena_page(slab);
+  hk_heap *h = hk_tls_heap;
+  /* (a page's heap is untagged outside hardened mode; hk_heap_empty owns
+   * none, and a thread heap's blocks belong to no program heap) */
+  if (!hk_is_carved_block(page, (uintptr_t)p) || hk_load_relaxed(&page->heap) != h ||
+      hk_looks_free(page, (hk_block *)p) || ((uintptr_t)p & 15) != 0)
+    return false;
+  size_t usable = hk_page_usable(page);
+  if (usable >= HK_REALLOC_SMALL) return false;
+  if (size <= usable && (size >= usable / 2 || usable <= 16)) {
+    *out = p;
+    return true;
+  }
+  void *q = hk_malloc_fast(size > usable ? size + size / 4 : size); /* (room: see below) */
+  if (q != NULL) {
+    if (size > usable) h->grown[h->grown_next++ % HK_GROWN_RING] = q;
+    memcpy(q, p, size < usable ? size : usable);
+    h->moving = 1; /* (as below) */
+    hk_free_fast(p);
+    h->moving = 0;
+  }
+  *out = q; /* (NULL: errno is ENOMEM, p is untouched) */
+  return true;
+}
+
 /* realloc; heap: NULL, or the heap the program named (hak_heap_realloc),
  * which p must belong to. */
 void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
@@ -72,6 +107,8 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
     hk_free_fast(p);
     return NULL;
   }
+  void *q;
+  if (heap == NULL && realloc_small(p, size, &q)) return q;
   hk_region *r = hk_region_lookup(p);
   if (r != NULL && r->kind != HK_KIND_LARGE) {
     /* a freed block first: its size (hardened mode: the trailer) is gone.
@@ -127,9 +164,10 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
   }
   /* A block that grows is likely to grow again: give it room for another
    * quarter, so the next steps of a buffer growing by small amounts stay in
-   * place instead of moving through every size class. */
+   * place instead of moving through every size class. (In hardened mode
+   * from 4 KiB only: there the canary follows the room, not the request.) */
   size_t want = size;
-  if (size > usable && size >= HK_REALLOC_ROOM_MIN && size <= HK_MEDIUM_MAX) {
+  if (size > usable && size <= HK_MEDIUM_MAX && (!hk_secure || size >= HK_REALLOC_SMALL)) {
     want = size + size / 4;
     if (want > HK_MEDIUM_MAX) want = HK_MEDIUM_MAX;
   }
@@ -143,7 +181,7 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
    * class's page a span of its own that a buffer growing through the
    * classes would leave behind, and beside the two slabs or more that the
    * block then writes, taking its span from the regions costs little. */
-  void *q = NULL;
+  q = NULL;
   hk_heap *gh = size > usable && in == NULL ? hk_heap_get() : NULL;
   bool again = gh != NULL && r->kind != HK_KIND_LARGE && hk_span_block(hk_page_of(r, p));
   if (gh != NULL) {

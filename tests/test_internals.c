@@ -13,12 +13,70 @@
 #define TEST_NAME "test_internals"
 #include "block_pool.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Small blocks (below 4 KiB): a growing block gets a quarter more than it
+ * asked for (a buffer grown a byte at a time moves at most every quarter,
+ * not at every size class), a block that shrinks to half its usable size or
+ * more stays, and contents survive every step, also when another thread
+ * owns the block (hardened mode gives no room below 4 KiB: its canary
+ * follows the room). */
+static void *realloc_from_thread(void *arg) {
+  void **pp = arg;
+  unsigned char *q = (unsigned char *)API(realloc)(*pp, 300);
+  CHECK(q != NULL, "realloc(100 -> 300) of another thread's block failed");
+  CHECK(hkt_verify(q, 100, 77) == HKT_OK, "realloc of another thread's block lost its contents");
+  *pp = q;
+  return NULL;
+}
+
+static void test_realloc_small(void) {
+  bool hardened = hkt_hardened();
+  unsigned char *p = (unsigned char *)API(malloc)(16);
+  CHECK(p != NULL, "malloc(16) failed");
+  uint64_t seed = seed_counter++;
+  size_t len = 16, moves = 0;
+  hkt_fill(p, len, seed);
+  for (; len < 4000; len++) {
+    unsigned char *q = (unsigned char *)API(realloc)(p, len + 1);
+    CHECK(q != NULL, "realloc(%zu -> %zu) failed", len, len + 1);
+    CHECK(hkt_verify(q, len, seed) == HKT_OK, "realloc(%zu -> %zu) lost the contents", len, len + 1);
+    if (q != p) {
+      moves++;
+      if (!hardened)
+        CHECK(usable_of(q) >= (len + 1) + (len + 1) / 4, "realloc(%zu -> %zu) moved to a block of %zu: no room", len,
+              len + 1, usable_of(q));
+    }
+    hkt_fill(q, len + 1, seed);
+    p = q;
+  }
+  /* 16 -> 4000 with a quarter more at each move: at most 25 moves */
+  if (!hardened) CHECK(moves <= 25, "growing 16 -> 4000 B a byte at a time moved %zu times", moves);
+  size_t u = usable_of(p);
+  unsigned char *q = (unsigned char *)API(realloc)(p, u / 2 + 1);
+  if (!hardened) CHECK(q == p, "realloc(%zu -> %zu) (half the usable size or more) moved the block", u, u / 2 + 1);
+  CHECK(q != NULL && hkt_verify(q, u / 2 + 1, seed) == HKT_OK, "realloc shrink lost the contents");
+  p = q;
+  q = (unsigned char *)API(realloc)(p, 100);
+  CHECK(q != NULL && q != p, "realloc(%zu -> 100) kept a block four times too big", u / 2 + 1);
+  CHECK(hkt_verify(q, 100, seed) == HKT_OK, "realloc shrink to 100 lost the contents");
+  API(free)(q);
+  /* another thread's block */
+  void *b = API(malloc)(100);
+  CHECK(b != NULL, "malloc(100) failed");
+  hkt_fill(b, 100, 77);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, realloc_from_thread, &b) == 0, "pthread_create failed");
+  pthread_join(t, NULL);
+  CHECK(hkt_verify(b, 100, 77) == HKT_OK, "contents lost after the other thread's realloc");
+  API(free)(b);
+}
 
 /* A large block (over 1 MiB) shrunk to 64 KiB or more stays where it is
  * (its mapping's tail goes back to the OS) instead of being copied into a
@@ -694,6 +752,7 @@ int main(void) {
   pool_reserve(16384);
   RUN(test_realloc_large_shrinks_in_place);
   RUN(test_realloc_in_place);
+  RUN(test_realloc_small);
   RUN(test_colored_blocks);
   RUN(test_trim_releases);
   RUN(test_trim_inside_spans);
