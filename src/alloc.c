@@ -20,6 +20,15 @@ void *hk_calloc(size_t n, size_t size) {
     return NULL;
   }
   if (total > HK_MEDIUM_MAX && hk_tls.use == NULL) return hk_alloc_large(total, 16, true);
+  /* from a slab up, a block whose untouched slabs need no clearing
+   * (queue.c); not where malloc must see the request (a heap the thread
+   * uses, the profiler), nor in hardened mode (canary and trailer). (The
+   * heap first: it initialises hakmem, whose switches are read next.) */
+  if (total >= HK_SLAB_SIZE && hk_tls.use == NULL) {
+    hk_heap *h = hk_heap_get();
+    void *p = h != NULL && !hk_profile_on && !hk_secure ? hk_heap_calloc_span_block(h, total) : NULL;
+    if (p != NULL) return p;
+  }
   void *p = hk_malloc_fast(total); /* (a heap the thread uses: hak_heap_use) */
   if (p != NULL) memset(p, 0, total);
   return p;

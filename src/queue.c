@@ -9,6 +9,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <string.h>
 
 #define FULL_SCAN_EVERY 64  /* new pages between two scans of the full list without a hint */
 #define CLOCK_EVERY 16      /* page searches between two readings of the clock */
@@ -518,11 +519,14 @@ static void page_emptied(hk_heap *h, hk_page *page) {
 /* A new page of class cls: a spare span of the right length, else one from
  * the regions. With room (a span block that may grow, see below), always
  * from the regions, placed with that many free slabs after it: spares have
- * no room after them. */
-static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned room) {
+ * no room after them. With dirty_out (calloc's span block), always from the
+ * regions too, and *dirty_out says which of the span's slabs may hold
+ * committed memory: the others read as zeros. */
+static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned room, hk_slabmask *dirty_out) {
+  bool regions_only = room || dirty_out != NULL;
   if (room) hk_spares_release_big(h);
-  hk_page *page = room ? NULL : hk_spare_take(h, cls, nslabs);
-  if (!room) grow_on_miss(h, cls, page == NULL);
+  hk_page *page = regions_only ? NULL : hk_spare_take(h, cls, nslabs);
+  if (!regions_only) grow_on_miss(h, cls, page == NULL);
   /* the colour slab (sizeclass.c) of a span last used otherwise may hold
    * committed memory that the block will not use: the heap's next pass over
    * its medium pages (hk_heap_purge_blocks) gives it back (a spare of the
@@ -535,6 +539,7 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
     page = hk_region_alloc_span(nslabs, cls, &dirty, room, h->region_list, &grew);
     if (grew) hk_spares_trim(); /* the heaps' spares beyond HK_SPARE_BYTES go too */
     tail_dirty = (dirty >> (nslabs - 1)) & 1;
+    if (dirty_out != NULL) *dirty_out = dirty;
   }
   if (page == NULL) return NULL;
   hk_page_init(page, cls);
@@ -614,7 +619,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
       h->review_due = 1;
   }
   if (hk_load_relaxed(&hk_abandoned_hint)) hk_abandoned_sweep(false, false);
-  hk_page *p = fresh_page(h, cls, hk_class_slabs[cls], 0);
+  hk_page *p = fresh_page(h, cls, hk_class_slabs[cls], 0, NULL);
   if (p == NULL) {
     hk_heap_set_current(h, cls);
     return NULL;
@@ -699,23 +704,60 @@ bool hk_heap_resize_span_block(hk_heap *h, hk_page *page, size_t size) {
   return true;
 }
 
+/* The one block of a new page (a span block), parked at once: no other
+ * thread knows the page yet. */
+static hk_block *span_block_take(hk_heap *h, hk_page *page) {
+  hk_page_extend(page);
+  hk_block *b = hk_page_pop(page);
+  hk_page_park_note(page, 1);
+  hk_store_relaxed(&page->remote, HK_PAGE_FULL);
+  full_push(h, page);
+  return b;
+}
+
+/* n * 64 KiB is a class size that fills n slabs (sizeclass.c; its own
+ * pages have a colour slab more, which a span block does without) */
+static unsigned span_block_class(unsigned n) { return hk_size_class((size_t)n << HK_SLAB_SHIFT); }
+
 /* A new span block of at least size bytes, placed where it has as many
  * free slabs after it as it takes (up to the largest span), so that it can
  * grow in place. */
 void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
   unsigned n = (unsigned)((size + HK_SLAB_SIZE - 1) >> HK_SLAB_SHIFT);
-  /* n * 64 KiB is a class size that fills n slabs (sizeclass.c; its own
-   * pages have a colour slab more, which a span block does without) */
-  unsigned cls = hk_size_class((size_t)n << HK_SLAB_SHIFT);
   unsigned room = n < HK_MAX_SPAN_SLABS - n ? n : HK_MAX_SPAN_SLABS - n;
-  hk_page *page = fresh_page(h, cls, n, room);
+  hk_page *page = fresh_page(h, span_block_class(n), n, room, NULL);
+  return page != NULL ? span_block_take(h, page) : NULL;
+}
+
+/* calloc of size bytes, a slab's worth up to HK_MEDIUM_MAX: a span block
+ * from the regions, of which only the slabs that may hold committed memory
+ * are cleared. The others have not been written since they were mapped or
+ * purged (MADV_DONTNEED) and read as zeros, so a zeroed array that the
+ * program fills sparsely costs neither the time of clearing it nor the
+ * memory of the pages it never touches. NULL, having done nothing, when
+ * the request's class has a stashed block (malloc takes that one, and
+ * calloc clears it), when whole slabs would be more than a quarter larger
+ * than the request (from 256 KiB they never are), or when the regions have
+ * no span. */
+void *hk_heap_calloc_span_block(hk_heap *h, size_t size) {
+  unsigned n = (unsigned)((size + HK_SLAB_SIZE - 1) >> HK_SLAB_SHIFT);
+  /* (a block at most a quarter larger than the request, as a class's) */
+  if (((size_t)n << HK_SLAB_SHIFT) - size > size / 4 || h->stash[hk_size_class(size)] != NULL) return NULL;
+  hk_slabmask dirty = 0;
+  hk_page *page = fresh_page(h, span_block_class(n), n, 0, &dirty);
   if (page == NULL) return NULL;
-  hk_page_extend(page);
-  hk_block *b = hk_page_pop(page);
-  /* no other thread knows the page yet: park it directly */
-  hk_page_park_note(page, 1);
-  hk_store_relaxed(&page->remote, HK_PAGE_FULL);
-  full_push(h, page);
+  char *b = (char *)span_block_take(h, page), *end = b + size;
+  char *slab = (char *)hk_page_span_start(page);
+  for (unsigned i = 0; i < n; i++, slab += HK_SLAB_SIZE) {
+    char *lo = slab > b ? slab : b, *hi = slab + HK_SLAB_SIZE < end ? slab + HK_SLAB_SIZE : end;
+    if ((dirty >> i) & 1) {
+      memset(lo, 0, (size_t)(hi - lo));
+    } else {
+#ifdef HAKMEM_DEBUG
+      for (const char *c = lo; c < hi; c += 256) hk_assert(*c == 0 && hi[-1] == 0);
+#endif
+    }
+  }
   return b;
 }
 

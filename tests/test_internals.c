@@ -747,6 +747,48 @@ static void test_held_grows(void) {
   CHECK(taken < OPS / 20, "%d mallocs of 72-208 KiB (64 live) took %ld new pages", OPS, taken);
 }
 
+/* calloc from a slab (64 KiB) to 1 MiB clears only what may hold data
+ * (queue.c, hk_heap_calloc_span_block): on memory never written since it
+ * was mapped or purged, a zeroed array that the program touches sparsely
+ * takes few pages. Every byte reads as zero, also on memory that held data
+ * (hardened mode clears every block: no RSS check there). */
+static void test_calloc_untouched(void) {
+  enum { N = 64 };
+  const size_t size = 512 * KiB;
+  unsigned char *p[N];
+  for (int i = 0; i < N; i++) { /* memory that held data */
+    p[i] = (unsigned char *)API(malloc)(size);
+    CHECK(p[i] != NULL, "malloc(%zu) failed", size);
+    memset(p[i], 0xa5, size);
+  }
+  for (int i = 0; i < N; i++) API(free)(p[i]);
+  for (int i = 0; i < N; i++) {
+    p[i] = (unsigned char *)API(calloc)(1, size - (size_t)i * 4096);
+    CHECK(p[i] != NULL, "calloc(%zu) failed", size);
+    for (size_t j = 0; j < size - (size_t)i * 4096; j++)
+      if (p[i][j] != 0) CHECK(false, "calloc(%zu): byte %zu is 0x%02x", size - (size_t)i * 4096, j, p[i][j]);
+    memset(p[i], 0x5a, size - (size_t)i * 4096);
+  }
+  for (int i = 0; i < N; i++) API(free)(p[i]);
+  API(malloc_trim)(0);
+  size_t before = hkt_rss_bytes();
+  for (int i = 0; i < N; i++) {
+    p[i] = (unsigned char *)API(calloc)(1, size);
+    CHECK(p[i] != NULL, "calloc(%zu) failed", size);
+    p[i][(size_t)i * 8191 % size] = 1;
+  }
+  size_t after = hkt_rss_bytes();
+  if (!hkt_hardened())
+    CHECK(after < before + N * size / 4, "%d calloc(%zu), one byte written in each: RSS %.1f -> %.1f MiB", N, size,
+          before / (double)MiB, after / (double)MiB);
+  for (int i = 0; i < N; i++) {
+    for (size_t j = 0; j < size; j += 4093)
+      if (j != (size_t)i * 8191 % size && p[i][j] != 0) CHECK(false, "calloc(%zu): byte %zu is 0x%02x", size, j, p[i][j]);
+    API(free)(p[i]);
+  }
+  printf("[RSS %.1f -> %.1f MiB] ", before / (double)MiB, after / (double)MiB);
+}
+
 int main(void) {
   compute_classes();
   pool_reserve(16384);
@@ -758,6 +800,7 @@ int main(void) {
   RUN(test_trim_inside_spans);
   RUN(test_large_cache_resident);
   RUN(test_large_cache_purged_calloc);
+  RUN(test_calloc_untouched);
 #ifndef HAK_API_PREFIX
   RUN(test_mallinfo2);
 #endif
