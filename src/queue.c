@@ -715,6 +715,9 @@ static hk_block *span_block_take(hk_heap *h, hk_page *page) {
   return b;
 }
 
+/* The slabs a span block of size bytes takes. */
+static unsigned span_block_slabs(size_t size) { return (unsigned)((size + HK_SLAB_SIZE - 1) >> HK_SLAB_SHIFT); }
+
 /* n * 64 KiB is a class size that fills n slabs (sizeclass.c; its own
  * pages have a colour slab more, which a span block does without) */
 static unsigned span_block_class(unsigned n) { return hk_size_class((size_t)n << HK_SLAB_SHIFT); }
@@ -723,7 +726,7 @@ static unsigned span_block_class(unsigned n) { return hk_size_class((size_t)n <<
  * free slabs after it as it takes (up to the largest span), so that it can
  * grow in place. */
 void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
-  unsigned n = (unsigned)((size + HK_SLAB_SIZE - 1) >> HK_SLAB_SHIFT);
+  unsigned n = span_block_slabs(size);
   unsigned room = n < HK_MAX_SPAN_SLABS - n ? n : HK_MAX_SPAN_SLABS - n;
   hk_page *page = fresh_page(h, span_block_class(n), n, room, NULL);
   return page != NULL ? span_block_take(h, page) : NULL;
@@ -740,7 +743,7 @@ void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
  * than the request (from 256 KiB they never are), or when the regions have
  * no span. */
 void *hk_heap_calloc_span_block(hk_heap *h, size_t size) {
-  unsigned n = (unsigned)((size + HK_SLAB_SIZE - 1) >> HK_SLAB_SHIFT);
+  unsigned n = span_block_slabs(size);
   /* (a block at most a quarter larger than the request, as a class's) */
   if (((size_t)n << HK_SLAB_SHIFT) - size > size / 4 || h->stash[hk_size_class(size)] != NULL) return NULL;
   hk_slabmask dirty = 0;
@@ -754,7 +757,8 @@ void *hk_heap_calloc_span_block(hk_heap *h, size_t size) {
       memset(lo, 0, (size_t)(hi - lo));
     } else {
 #ifdef HAKMEM_DEBUG
-      for (const char *c = lo; c < hi; c += 256) hk_assert(*c == 0 && hi[-1] == 0);
+      for (const char *c = lo; c < hi; c += 256) hk_assert(*c == 0);
+      hk_assert(hi[-1] == 0);
 #endif
     }
   }
