@@ -35,9 +35,9 @@ void hk_init(void) {
   hk_stats_init();
   hk_limits_init();
   hk_secure = hk_opt.secure >= 1;
-  /* hardened mode keeps no cache of remote-freed blocks (remote.c) */
-  if (hk_secure) memset(hk_class_cache_max, 0, sizeof hk_class_cache_max);
   hk_secure_zero = hk_opt.secure >= 2;
+  /* zero mode keeps no cache of remote-freed blocks (remote.c) */
+  if (hk_secure_zero) memset(hk_class_cache_max, 0, sizeof hk_class_cache_max);
   hk_keys_init();
   hk_region_init();
   hk_purger_init(hk_pressure_purge_pass, hk_pressure_pending);

@@ -305,6 +305,7 @@ HK_INLINE void hk_heap_note_active(hk_heap *h) {
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self); /* (the order free() has them in) */
 void hk_secure_free(hk_block *b, hk_page *page, hk_heap *self);   /* hardened mode's free of a carved block */
 void hk_secure_quarantine_flush(hk_heap *h); /* hardened mode's quarantine, back to the pages */
+void *hk_secure_cache_pop(hk_heap *h, unsigned cls, hk_block *b, size_t size); /* ... its cache's block b */
 /* A cached (or stashed) block links to the next through its second word
  * (blocks of 16 bytes and more); its first word is the foreign tag. The
  * link is (next + list_add) * list_mul mod 2^64, with the heap's two keys

@@ -133,11 +133,13 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state) {
   if (hk_secure) {
     hk_link_set(hk_secure_collect(page, list, count), page->free, key);
   } else if (!hk_list_end(page->free)) {
-    /* append the owner's list after the stack's last block */
+    /* append the owner's list after the stack's last block (each link
+     * checked before it is followed: the stack ends after `count` blocks) */
     hk_block *tail = list;
     for (uint32_t i = 1; i < count; i++) {
       tail = hk_link_next(tail, key);
-      if (HK_UNLIKELY(hk_list_end(tail))) hk_fatal("free list corrupted (double free or heap overflow)", list);
+      if (HK_UNLIKELY(!hk_list_head_ok(page, tail)))
+        hk_fatal("free list corrupted (a block freed by another thread was written: a use after free, or an overflow)", tail);
     }
     hk_link_set(tail, page->free, key);
   }

@@ -264,28 +264,126 @@ HK_INLINE bool owner_idle(const hk_heap *self, const hk_heap *owner) {
          hk_load_relaxed(&self->active_ms);
 }
 
-/* The first word of a block in the quarantine: secret (the page key), and
- * different for every block (`mix`: the block's hk_secure_mix). */
-static uintptr_t quarantine_tag(uintptr_t mix) { return ~mix; }
+/* A thread that frees other threads' blocks without ever allocating (the
+ * consumer of a producer/consumer pair) has no heap, hence no cache, and
+ * each of its frees would be a push onto the owner's page: a compare-and-
+ * swap on a line the owner writes too. Its HK_HEAPLESS_FREES-th such free
+ * gives it a heap, and its frees from then on are cached and go back in
+ * runs; a thread that frees a few blocks of others only costs no heap. */
+#define HK_HEAPLESS_FREES 64
+static __thread uint32_t heapless_frees __attribute__((tls_model("initial-exec")));
+/* Makes this thread's heap (thread.c sets it with the first heap it makes;
+ * any block freed here was handed out by one): heaps are made a layer
+ * above this file. */
+_Atomic(hk_heap_maker) hk_make_heap_for_frees;
 
-/* A block leaves the quarantine for its page's free list: its first word
- * must be as the quarantine left it (a write after free would be lost
- * under the link written now). */
-static void quarantine_out(hk_heap *h, hk_page *page, hk_block *b) {
-  if (HK_UNLIKELY(b->link != quarantine_tag(hk_secure_mix(page, b))))
-    hk_fatal("write after free detected (a freed block was modified)", b);
-  if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(h, page);
+/* b (linked as a run of one) goes back to its page at once from a thread
+ * with no heap, which counts such frees (above). */
+static void heapless_push(hk_page *page, hk_block *b) {
+  remote_push(page, b, b, 1);
+  if (++heapless_frees == HK_HEAPLESS_FREES) {
+    hk_heap_maker make = hk_load_relaxed(&hk_make_heap_for_frees);
+    if (make != NULL) make();
+  }
 }
 
-/* A block the thread freed (checked, and no longer live in the block map)
- * waits in its heap's quarantine, in a random one of its HK_QUARANTINE
- * slots, and the block it displaces goes back to its page: a freed block
- * is not the next one handed out, and when it comes back is random. A
- * double free of a waiting block is found in the block map as any other,
- * and a write into its first word when it leaves. Blocks above
- * HK_QUARANTINE_BLOCK_MAX go back at once: the quarantine holds the
- * blocks, and keeps their pages from emptying. */
-static void quarantine(hk_heap *h, hk_page *page, hk_block *b, uintptr_t mix) {
+/* ---- hardened mode's free, quarantine and thread cache ----
+ * Every block the thread frees, its own or another heap's, waits in the
+ * quarantine first (below). A block of another heap's that leaves it goes
+ * into the thread cache of its class, as the default mode keeps remote
+ * frees (above), and from there to this thread's next malloc of the class
+ * (hk_secure_cache_pop) or, in runs, to its page's remote stack. While it
+ * waits and while it is cached, the block map has it live and freed by
+ * another thread (hk_secure_give_remote set the second bit), so a second
+ * free of it from any thread is a double free; its first word is the
+ * quarantine's tag (a per-block secret) and is checked when it leaves the
+ * quarantine and again when it is reused, and its second word is the
+ * cache's link (hk_cache_link). Zero mode keeps no cache (init.c): a
+ * cached block's link would sit in the bytes it keeps zero. */
+
+/* The first word of a block in the quarantine or the cache: secret (the
+ * page key), and different for every block (`mix`: the block's
+ * hk_secure_mix). */
+static uintptr_t quarantine_tag(uintptr_t mix) { return ~mix; }
+
+/* Keep b, another heap's block (freed, checked, its remote bit set), in
+ * h's cache, or push it back to its page when the class keeps none or its
+ * owner would not take blocks from caches (see free_remote_other). */
+static void secure_keep(hk_heap *h, hk_page *page, hk_block *b) {
+  unsigned cls = page->cls;
+  hk_heap *owner = hk_owner_untag(hk_load_relaxed(&page->heap));
+  if (hk_class_cache_max[cls] == 0 || owner == NULL || owner_idle(h, owner) || owner->kind != HK_HEAP_THREAD) {
+    remote_push(page, b, b, 1);
+    h->stats.remote_frees++;
+    return;
+  }
+  if (h->cache_room[cls] == 0) cache_flush_keep(h, cls, cache_keeps(h, hk_class_cache_max[cls]));
+  if (h->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES) cache_halve(h);
+  (&b->link)[1] = hk_cache_link(h, h->cache_first[cls]); /* (the first word keeps its tag) */
+  h->cache_first[cls] = b;
+  h->cache_room[cls]--;
+  h->cache_bytes += hk_class_size[cls];
+}
+
+/* Hardened malloc's block from the cache of class cls: b, its first block.
+ * It must be a carved block of a page of the class, with its tag intact
+ * and its bits saying "live, freed by another thread"; its remote bit is
+ * cleared (atomically: other threads set and the owner clears the word's
+ * other bits) and it is handed out again, still live to its page. */
+void *hk_secure_cache_pop(hk_heap *h, unsigned cls, hk_block *b, size_t size) {
+  /* (as free's fast path finds a page: every slab of the arena has one) */
+  uintptr_t slab = hk_arena_slab((uintptr_t)b);
+  hk_page *page;
+  if (HK_LIKELY(slab < HK_ARENA_SLABS)) {
+    page = hk_arena_page(slab);
+  } else {
+    hk_region *r = hk_region_is_ours((uintptr_t)b) ? hk_region_of(b) : NULL;
+    page = r != NULL && r->kind == HK_KIND_SMALL ? hk_page_of(r, b) : NULL;
+  }
+  if (HK_UNLIKELY(page == NULL || page->cls != cls || !hk_is_carved_block(page, (uintptr_t)b)))
+    hk_cache_corrupted(b);
+  uintptr_t mix = hk_secure_mix(page, b);
+  if (HK_UNLIKELY(b->link != quarantine_tag(mix)))
+    hk_fatal("write after free detected (a freed block was modified)", b);
+  h->cache_first[cls] = hk_cache_next(h, b);
+  h->cache_room[cls]++;
+  h->cache_bytes -= hk_class_size[cls];
+  /* (relaxed: this thread set the remote bit, and only the owner clears
+   * the live bit, of a block on its remote stack, which this one is not) */
+  hk_block_bit m = hk_block_bit_of(page, b);
+  uint64_t before = atomic_fetch_and_explicit(m.remote, ~m.bit, memory_order_relaxed);
+  if (HK_UNLIKELY((before & hk_load_relaxed(m.live) & m.bit) == 0))
+    hk_fatal("free list corrupted (a cached block is not a freed one: a double free, or a write after free)", b);
+  b->link = 0;
+  (&b->link)[1] = 0;
+  if ((++h->stats.cache_reused & 63) == 0) hk_heap_note_active(h); /* (see owner_idle) */
+  hk_secure_mark_mixed(page, b, size, mix);
+  return b;
+}
+
+/* A block leaves the quarantine: its first word must be as the quarantine
+ * left it (a write after free would be lost under the link written now).
+ * The thread's own block goes back onto its page's free list, another
+ * heap's (`remote`) to the cache. */
+static void quarantine_out(hk_heap *h, hk_page *page, hk_block *b, bool remote) {
+  if (HK_UNLIKELY(b->link != quarantine_tag(hk_secure_mix(page, b))))
+    hk_fatal("write after free detected (a freed block was modified)", b);
+  if (remote) secure_keep(h, page, b);
+  else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(h, page);
+}
+
+/* A block the thread freed (checked, and no longer free to take in the
+ * block map) waits in its heap's quarantine, in a random one of its
+ * HK_QUARANTINE slots, and the block it displaces leaves (quarantine_out):
+ * a freed block is not the next one handed out, and when it comes back is
+ * random. A double free of a waiting block is found in the block map as
+ * any other, and a write into its first word when it leaves. Blocks above
+ * HK_QUARANTINE_BLOCK_MAX skip it: the quarantine holds the blocks, and
+ * keeps their pages from emptying. A slot's page has bit 0 set for another
+ * heap's block (`remote`): the block's page may be this thread's by the
+ * time it leaves (adopted from an exited owner), and its remote bit must
+ * still be cleared by the owner's collection or the cache's reuse. */
+static void quarantine(hk_heap *h, hk_page *page, hk_block *b, uintptr_t mix, uintptr_t remote) {
   b->link = quarantine_tag(mix);
   uint64_t x = h->quarantine_rng;
   x ^= x << 13;
@@ -294,42 +392,57 @@ static void quarantine(hk_heap *h, hk_page *page, hk_block *b, uintptr_t mix) {
   h->quarantine_rng = x;
   unsigned i = (unsigned)(x >> 32) & (HK_QUARANTINE - 1);
   hk_block *out = h->quarantine[i];
-  hk_page *out_page = h->quarantine_page[i];
+  uintptr_t out_page = (uintptr_t)h->quarantine_page[i];
   h->quarantine[i] = b;
-  h->quarantine_page[i] = page;
-  if (out != NULL) quarantine_out(h, out_page, out);
+  h->quarantine_page[i] = (hk_page *)((uintptr_t)page | remote);
+  if (out != NULL) quarantine_out(h, (hk_page *)(out_page & ~(uintptr_t)1), out, out_page & 1);
 }
 
-/* Every waiting block back to its page (thread exit, malloc_trim). */
+/* Every waiting block out (thread exit, malloc_trim). */
 void hk_secure_quarantine_flush(hk_heap *h) {
   for (unsigned i = 0; i < HK_QUARANTINE; i++) {
     hk_block *b = h->quarantine[i];
     if (b == NULL) continue;
+    uintptr_t page = (uintptr_t)h->quarantine_page[i];
     h->quarantine[i] = NULL;
-    quarantine_out(h, h->quarantine_page[i], b);
+    quarantine_out(h, (hk_page *)(page & ~(uintptr_t)1), b, page & 1);
   }
 }
 
-/* A hardened free but the common one: another thread's block, or zero
+/* A hardened free but the common one: another heap's block, or zero
  * mode. */
 static HK_NOINLINE void secure_free_other(hk_block *b, hk_page *page, hk_heap *self, bool mine) {
   if (mine) hk_secure_give(page, b);
   else hk_secure_give_remote(page, b);
   uintptr_t mix = hk_secure_check(page, b);
   if (hk_secure_zero) memset(b, 0, page->block_size);
-  if (mine) {
-    if (page->block_size <= HK_QUARANTINE_BLOCK_MAX) quarantine(self, page, b, mix);
-    else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
-    return;
+  if (!mine) {
+    /* Blocks of a heap the program made or of the profiler's go straight
+     * back, as in the default mode (see free_remote_other), and so does
+     * every block a thread with no heap frees. */
+    hk_heap *owner = hk_owner_untag(hk_load_relaxed(&page->heap));
+    if (self == &hk_heap_empty) {
+      heapless_push(page, b);
+      return;
+    }
+    if (owner == NULL || owner->kind != HK_HEAP_THREAD) {
+      remote_push(page, b, b, 1);
+      self->stats.remote_frees++;
+      return;
+    }
   }
-  remote_push(page, b, b, 1);
-  if (self != &hk_heap_empty) self->stats.remote_frees++;
+  if (page->block_size <= HK_QUARANTINE_BLOCK_MAX) {
+    quarantine(self, page, b, mix, !mine);
+  } else if (!mine) {
+    b->link = quarantine_tag(mix); /* (what the cache checks) */
+    secure_keep(self, page, b);
+  } else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
 }
 
 /* Hardened mode sends every free here (pages store their owner tagged, so
  * the fast path's owner test never matches; a build hardened by default
  * calls it from the fast path, fastpath.h): the block map's test of a
- * double free (secure.h), the canary's and the trailer's, no cache.
+ * double free (secure.h), the canary's and the trailer's, the quarantine.
  * (hk_heap_empty owns no page, so its tag matches none.) Every call is a
  * tail call, so that the common path saves no registers. */
 HK_NOINLINE void hk_secure_free(hk_block *b, hk_page *page, hk_heap *self) {
@@ -340,7 +453,7 @@ HK_NOINLINE void hk_secure_free(hk_block *b, hk_page *page, hk_heap *self) {
   }
   hk_secure_give(page, b);
   uintptr_t mix = hk_secure_check(page, b);
-  if (HK_LIKELY(page->block_size <= HK_QUARANTINE_BLOCK_MAX)) quarantine(self, page, b, mix);
+  if (HK_LIKELY(page->block_size <= HK_QUARANTINE_BLOCK_MAX)) quarantine(self, page, b, mix, 0);
   else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
 }
 
@@ -357,19 +470,6 @@ HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_b
   /* (not counted here: a kept block is counted when it is reused or
    * flushed, see stats.c) */
 }
-
-/* A thread that frees other threads' blocks without ever allocating (the
- * consumer of a producer/consumer pair) has no heap, hence no cache, and
- * each of its frees would be a push onto the owner's page: a compare-and-
- * swap on a line the owner writes too. Its HK_HEAPLESS_FREES-th such free
- * gives it a heap, and its frees from then on are cached and go back in
- * runs; a thread that frees a few blocks of others only costs no heap. */
-#define HK_HEAPLESS_FREES 64
-static __thread uint32_t heapless_frees __attribute__((tls_model("initial-exec")));
-/* Makes this thread's heap (thread.c sets it with the first heap it makes;
- * any block freed here was handed out by one): heaps are made a layer
- * above this file. */
-_Atomic(hk_heap_maker) hk_make_heap_for_frees;
 
 /* The common path's tests failed: the block goes back to its page (this
  * thread keeps no cache, the class has none, or the owner is gone or
@@ -401,12 +501,12 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
         return;
       }
     }
-    remote_push(page, b, b, 1);
-    if (self != &hk_heap_empty) self->stats.remote_frees++;
-    else if (++heapless_frees == HK_HEAPLESS_FREES) {
-      hk_heap_maker make = hk_load_relaxed(&hk_make_heap_for_frees);
-      if (make != NULL) make();
+    if (self == &hk_heap_empty) {
+      heapless_push(page, b);
+      return;
     }
+    remote_push(page, b, b, 1);
+    self->stats.remote_frees++;
     return;
   }
   if (self->cache_room[cls] == 0) {
@@ -423,20 +523,17 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
 }
 
 /* A free of another heap's block, or any free in cache mode (see the top
- * of this file). self: this
- * thread's heap, or hk_heap_empty (no heap yet, or exiting). Hardened mode
- * takes the two unlikely branches: a block that looks free may be the
- * owner's own, and every class's room is 0. */
+ * of this file). self: this thread's heap, or hk_heap_empty (no heap yet,
+ * or exiting). Hardened mode has its own (hk_secure_free). */
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
-  /* (owners are tagged in hardened mode only, which fails the room test) */
+  if (HK_UNLIKELY(hk_secure)) {
+    hk_secure_free(b, page, self);
+    return;
+  }
   hk_heap *owner = hk_load_relaxed(&page->heap);
   if (HK_UNLIKELY(hk_looks_free(page, b))) {
     if (owner == self) { /* cache mode: the owner can confirm */
       hk_free_local_checked(self, page, b);
-      return;
-    }
-    if (hk_secure) {
-      hk_secure_free(b, page, self);
       return;
     }
     /* Only the owner may walk the page's lists to confirm, and pushing the
@@ -447,13 +544,12 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
     hk_fatal("double free detected (block freed again by another thread)", b);
   }
   size_t cls = page->cls;
-  /* room 0 also stands for "no cache here" (hk_heap_empty), "no cache for
-   * the class" (its maximum is 0) and hardened mode: one test for all. An
-   * owner that is this thread is neither NULL nor idle. */
+  /* room 0 also stands for "no cache here" (hk_heap_empty) and "no cache
+   * for the class" (its maximum is 0): one test for all. An owner that is
+   * this thread is neither NULL nor idle. */
   if (HK_UNLIKELY(self->cache_room[cls] == 0 || self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES ||
                   owner == NULL || owner_idle(self, owner) || owner->kind != HK_HEAP_THREAD)) {
-    if (hk_secure) hk_secure_free(b, page, self); /* (every class's room is 0 then: init.c) */
-    else free_remote_other(b, page, self, owner);
+    free_remote_other(b, page, self, owner);
     return;
   }
   cache_keep(self, (unsigned)cls, page, b, owner);

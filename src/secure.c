@@ -9,7 +9,8 @@
  * hk_secure_malloc, and its pages' owners are
  * tagged (hk_owner_tag), which sends free to the cache's path and on to
  * hk_secure_free (remote.c); a build hardened by default calls both from
- * its fast paths (fastpath.h). Its thread caches and stash hold nothing, so no
+ * its fast paths (fastpath.h). Its stash holds nothing, and its thread
+ * cache only blocks that hk_secure_malloc alone takes (remote.c), so no
  * other way hands out a block unmarked. */
 #include "internal.h"
 #include "secure.h"

@@ -25,29 +25,41 @@ HK_INLINE uintptr_t hk_secure_mix(const hk_page *page, const hk_block *b) {
   return (uintptr_t)m ^ (uintptr_t)(m >> 64);
 }
 
-/* The canary's 8 bytes as one word, the byte at the lowest address zero */
-HK_INLINE uint64_t hk_secure_canary(const hk_page *page, const hk_block *b) {
-  uint64_t w = (uint64_t)hk_secure_mix(page, b) & ~(uint64_t)0xff; /* (little-endian: the first byte) */
+/* The canary's 8 bytes as one word, the byte at the lowest address zero
+ * (mix: the block's hk_secure_mix) */
+HK_INLINE uint64_t hk_secure_canary_of(uintptr_t mix) {
+  uint64_t w = (uint64_t)mix & ~(uint64_t)0xff; /* (little-endian: the first byte) */
 #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
   w = __builtin_bswap64(w);
 #endif
   return w;
 }
+HK_INLINE uint64_t hk_secure_canary(const hk_page *page, const hk_block *b) {
+  return hk_secure_canary_of(hk_secure_mix(page, b));
+}
 
 /* The trailer's code: the size is stored XOR-ed with it, so a trailer
  * overwritten with anything the program could pick decodes to an
- * impossible size with odds of about 1 - bs / 2^64. */
+ * impossible size with odds of about 1 - bs / 2^64. A function of the
+ * block's secret alone: the program can read its block's canary and
+ * trailer, and a code with the page key in it would give the key away
+ * (test_hardened_canary_key). */
+HK_INLINE uintptr_t hk_secure_trailer_code_of(uintptr_t mix) { return mix ^ 0x5bd1e995u; }
 HK_INLINE uintptr_t hk_secure_trailer_code(const hk_page *page, const hk_block *b) {
-  return hk_secure_mix(page, b) ^ page->key ^ 0x5bd1e995u;
+  return hk_secure_trailer_code_of(hk_secure_mix(page, b));
 }
 
 /* Canary after `size` bytes and the trailer (on malloc, and on a realloc
- * in place before the data grows or shrinks across the old canary). */
-HK_INLINE void hk_secure_mark(hk_page *page, hk_block *b, size_t size) {
-  uint64_t canary = hk_secure_canary(page, b);
-  uintptr_t trailer = (uintptr_t)size ^ hk_secure_trailer_code(page, b);
+ * in place before the data grows or shrinks across the old canary); mix:
+ * the block's hk_secure_mix. */
+HK_INLINE void hk_secure_mark_mixed(hk_page *page, hk_block *b, size_t size, uintptr_t mix) {
+  uint64_t canary = hk_secure_canary_of(mix);
+  uintptr_t trailer = (uintptr_t)size ^ hk_secure_trailer_code_of(mix);
   memcpy((char *)b + size, &canary, sizeof canary);
   memcpy((char *)b + page->block_size - sizeof trailer, &trailer, sizeof trailer);
+}
+HK_INLINE void hk_secure_mark(hk_page *page, hk_block *b, size_t size) {
+  hk_secure_mark_mixed(page, b, size, hk_secure_mix(page, b));
 }
 
 /* The requested size a live block's trailer records; aborts if the trailer
@@ -99,9 +111,10 @@ HK_INLINE hk_block_bit hk_block_bit_of(const hk_page *page, const hk_block *b) {
                         (uint64_t)1 << (((uintptr_t)b >> 4) & 63)};
 }
 
+/* Handed out and not freed since (by its owner or by another thread). */
 HK_INLINE bool hk_secure_live(const hk_page *page, const hk_block *b) {
   hk_block_bit m = hk_block_bit_of(page, b);
-  return (hk_load_relaxed(m.live) & m.bit) != 0;
+  return (hk_load_relaxed(m.live) & ~hk_load_relaxed(m.remote) & m.bit) != 0;
 }
 
 /* The owner hands b out: it must be neither live nor freed by another

@@ -154,6 +154,9 @@ void *hk_malloc_gated(size_t size, hk_heap *h) {
 /* malloc in cache mode (h->free_owner != h, remote.c): the class's cached
  * blocks first, then its current page. */
 void *hk_malloc_cached(size_t size, hk_heap *h) {
+  /* hardened mode always ends here (its heaps stay in cache mode: its
+   * cache is its own, secure.c) */
+  if (hk_secure) return hk_secure_malloc(size, h);
   /* (small sizes first: one compare for them) */
   size_t cls;
   if (HK_LIKELY(size <= HK_LUT_MAX)) cls = hk_class_lut[(size + 7) >> 3];
@@ -166,9 +169,6 @@ void *hk_malloc_cached(size_t size, hk_heap *h) {
     if (HK_UNLIKELY((h->stats.cache_reused & 63) == 0)) return hk_cache_pop_noting_time(h, cls, b);
     return hk_cache_pop(h, cls, b);
   }
-  /* hardened mode always ends here (its heaps stay in cache mode, their
-   * caches empty: secure.c) */
-  if (hk_secure) return hk_secure_malloc(size, h);
   return hk_malloc_from(h, h->direct[cls], size);
 }
 
@@ -179,7 +179,10 @@ void *hk_malloc_cached(size_t size, hk_heap *h) {
 void *hk_secure_malloc(size_t size, hk_heap *h) {
   if (HK_HARDENED_BUILD && HK_UNLIKELY(hk_tls.use != NULL)) return hk_heap_use_alloc(size); /* (its fast path) */
   if (HK_UNLIKELY(size > HK_MEDIUM_MAX - HK_SECURE_EXTRA || hk_secure_zero)) return hk_malloc_slow(size, h);
-  hk_page *page = h->queues[hk_size_class(size + HK_SECURE_EXTRA)].first;
+  unsigned cls = hk_size_class(size + HK_SECURE_EXTRA);
+  hk_block *cached = h->cache_first[cls];
+  if (HK_UNLIKELY(cached != NULL)) return hk_secure_cache_pop(h, cls, cached, size);
+  hk_page *page = h->queues[cls].first;
   if (HK_UNLIKELY(page == NULL || !hk_list_head_ok(page, page->free))) return hk_malloc_slow(size, h);
   hk_block *b = hk_page_pop(page);
   hk_secure_take(page, b);

@@ -312,8 +312,8 @@ typedef struct hk_heap {
                                      (hk_cache_link), derived from the secret anew for each
                                      ownership (heap.c) */
   hk_block *quarantine[HK_QUARANTINE]; /* hardened mode: blocks the thread freed, not yet back on
-                                     their pages (secure.c); NULL: a free slot */
-  hk_page *quarantine_page[HK_QUARANTINE]; /* their pages */
+                                     their pages (remote.c); NULL: a free slot */
+  hk_page *quarantine_page[HK_QUARANTINE]; /* their pages, bit 0 set for another heap's block */
   uint64_t quarantine_rng;        /* xorshift state: which slot the next freed block takes */
   uint16_t cache_room[HK_NCLASSES]; /* blocks the class may still take: hk_class_cache_max less those
                                      it holds (0 in hk_heap_empty, and for a class without cache:

@@ -331,6 +331,51 @@ static void cache_uaf_write(void) {
   pthread_join(t, NULL);
 }
 
+/* Another thread's blocks freed here fill this thread's cache (the
+ * quarantine first, in hardened mode); every one of them then has its
+ * first word overwritten, and this thread mallocs the class: the first
+ * block it reuses from the cache was written after its free. */
+static void cached_first_word(void) {
+  pthread_barrier_init(&owner_ready, NULL, 2);
+  pthread_barrier_init(&owner_done, NULL, 2);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, owner_thread, NULL) == 0, "pthread_create failed");
+  pthread_barrier_wait(&owner_ready);
+  phase = PHASE_CALL;
+  for (int i = 0; i < 400; i++) API(free)(hkt_opaque_ptr(owned[i]));
+  phase = PHASE_WRITE;
+  for (int i = 0; i < 400; i++) *(uint64_t *)hkt_opaque_ptr(owned[i]) = 0x4141414141414141ull;
+  phase = PHASE_SETUP;
+  take_many(48);
+  pthread_barrier_wait(&owner_done);
+  pthread_join(t, NULL);
+}
+
+/* A block freed by another thread (cached or waiting there), then freed
+ * again by its owner. */
+static void *free_owned_in_owner(void *unused) {
+  (void)unused;
+  for (int i = 0; i < 400; i++) CHECK((owned[i] = (char *)API(malloc)(48)) != NULL, "malloc failed");
+  pthread_barrier_wait(&owner_ready); /* the other thread frees them */
+  pthread_barrier_wait(&owner_done);
+  phase = PHASE_CALL;
+  API(free)(hkt_opaque_ptr(owned[399]));
+  phase = PHASE_SETUP;
+  return NULL;
+}
+static void remote_then_owner_double_free(void) {
+  pthread_barrier_init(&owner_ready, NULL, 2);
+  pthread_barrier_init(&owner_done, NULL, 2);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, free_owned_in_owner, NULL) == 0, "pthread_create failed");
+  pthread_barrier_wait(&owner_ready);
+  phase = PHASE_CALL;
+  for (int i = 0; i < 400; i++) API(free)(hkt_opaque_ptr(owned[i]));
+  phase = PHASE_SETUP;
+  pthread_barrier_wait(&owner_done);
+  pthread_join(t, NULL);
+}
+
 typedef struct {
   const char *name;
   void (*fn)(void);
@@ -373,7 +418,15 @@ static const scenario scenarios[] = {
     /* (zero mode finds the write in the freed block it hands out again) */
     {"a 1 KiB block freed into a full page, its second word overwritten, then mallocs", stash_parked_uaf_write,
      {R, N, R}, {0, 0, 0}},
+    /* (in hardened mode the block waits in the quarantine, which checks its
+     * first word, not the second) */
     {"a block freed into the thread cache, its second word overwritten, then mallocs", cache_uaf_write, {R, N, N},
+     {0, 0, 0}},
+    /* (the default mode's cache does not check a block's first word: the
+     * write is lost, and breaks nothing) */
+    {"blocks freed into the thread cache, their first words overwritten, then mallocs", cached_first_word,
+     {R | N, R, R}, {0, 0, 0}},
+    {"a block freed by another thread, then freed again by its owner", remote_then_owner_double_free, {R, R, R},
      {0, 0, 0}},
 };
 #undef R

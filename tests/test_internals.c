@@ -616,6 +616,67 @@ static void test_hardened_quarantine(void) {
   for (int i = 0; i < N; i++) API(free)(b[i]);
 }
 
+/* Hardened mode: what a program can read of its own live block (the
+ * canary after its 48 bytes, the size trailer in its 64-byte block's last
+ * word) must not give away the page key that encodes the page's free list.
+ * Were the trailer's code the page key XOR the canary's secret, the two
+ * words together would hand over the key's top 56 bits, and with them the
+ * address a freed block's link leads to. */
+static void test_hardened_canary_key(void) {
+  if (!hkt_hardened()) return;
+  unsigned decoded = 0;
+  for (int round = 0; round < 8; round++) {
+    unsigned char *a = API(malloc)(48), *b = API(malloc)(48);
+    CHECK(a != NULL && b != NULL, "malloc failed");
+    uint64_t canary, trailer, link;
+    memcpy(&canary, a + 48, 8);
+    memcpy(&trailer, a + 56, 8);
+    uint64_t guess = trailer ^ canary ^ 48 ^ 0x5bd1e995u;
+    API(free)(b);
+    API(malloc_trim)(0); /* (b leaves the quarantine for its page's list) */
+    memcpy(&link, b, 8);  /* (a read after free, on purpose: b's page is a's, which is live) */
+    decoded += ((link ^ guess) >> 22) == ((uintptr_t)b >> 22); /* (the region's 4 MiB) */
+    API(free)(a);
+  }
+  CHECK(decoded == 0, "%u of 8 freed blocks' links decoded with a key read from a live block", decoded);
+}
+
+/* Hardened mode keeps other threads' blocks freed here too (docs/SAFETY.md,
+ * "Quarantine"): through the quarantine into the thread cache, from which
+ * this thread's mallocs take them again, never the one freed just before. */
+enum { CACHED_N = 256 };
+static void *cached_blocks[CACHED_N];
+static pthread_barrier_t cached_ready, cached_done;
+static void *cached_owner(void *unused) {
+  (void)unused;
+  for (int i = 0; i < CACHED_N; i++) CHECK((cached_blocks[i] = API(malloc)(48)) != NULL, "malloc failed");
+  pthread_barrier_wait(&cached_ready);
+  pthread_barrier_wait(&cached_done); /* (alive: an exited owner's blocks go straight back) */
+  return NULL;
+}
+static void test_hardened_cache(void) {
+  const char *level = getenv("HAKMEM_SECURE");
+  if (!hkt_hardened() || (level != NULL && atoi(level) >= 2)) return; /* (zero mode keeps no cache) */
+  pthread_barrier_init(&cached_ready, NULL, 2);
+  pthread_barrier_init(&cached_done, NULL, 2);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, cached_owner, NULL) == 0, "pthread_create failed");
+  pthread_barrier_wait(&cached_ready);
+  for (int i = 0; i < CACHED_N; i++) API(free)(cached_blocks[i]);
+  void *last = cached_blocks[CACHED_N - 1];
+  static void *got[CACHED_N];
+  unsigned reused = 0;
+  for (int i = 0; i < CACHED_N; i++) {
+    CHECK((got[i] = API(malloc)(48)) != NULL, "malloc failed");
+    CHECK(i > 0 || got[i] != last, "malloc handed out the block freed just before");
+    for (int k = 0; k < CACHED_N; k++) reused += got[i] == cached_blocks[k];
+  }
+  CHECK(reused >= 16, "only %u of %d blocks freed here were reused here", reused, CACHED_N);
+  for (int i = 0; i < CACHED_N; i++) API(free)(got[i]);
+  pthread_barrier_wait(&cached_done);
+  pthread_join(t, NULL);
+}
+
 /* Blocks of the padded classes (9 to 60 KiB, 72 to 104 KiB but 96, 144
  * and 208 KiB) lie 64 bytes more apart than their class size
  * (docs/DESIGN.md, "Padded classes"): consecutive blocks start in
@@ -810,6 +871,8 @@ int main(void) {
   RUN(test_stash_grows);
   RUN(test_hardened_carving);
   RUN(test_hardened_quarantine);
+  RUN(test_hardened_cache);
+  RUN(test_hardened_canary_key);
   API(free)(pool);
   printf("test_internals [%s]: all passed\n", API_MODE);
   return 0;
