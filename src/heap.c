@@ -92,7 +92,7 @@ hk_heap *hk_heap_new(bool for_thread) {
   memset(&h->stats, 0, sizeof h->stats);
   uint32_t owner = (uint32_t)hk_stat_add(heaps_created, 1) + 1; /* this ownership's own number */
   hk_derive_list_keys((uint64_t)(uintptr_t)h, owner, &h->list_add, &h->list_mul, &h->list_inv);
-  h->quarantine_rng = hk_derive_key((uint64_t)(uintptr_t)h->quarantine, owner) | 1; /* (xorshift: not 0) */
+  h->quarantine_rng = hk_derive_key((uint64_t)(uintptr_t)h->quarantine, owner);
   hk_store_relaxed(&h->pid, for_thread ? hk_os_pid() : 0);
   hk_store_relaxed(&h->tid, for_thread ? hk_os_tid() : 0);
   hk_store_relaxed(&h->reap_checked_ms, 0);

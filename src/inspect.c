@@ -71,8 +71,8 @@ static uint64_t tally_heaps(class_tally *t) {
       t->live[s] -= PEEK(h->stash_count[c]);
     }
     for (unsigned i = 0; i < HK_QUARANTINE; i++) {
-      hk_page *page = (hk_page *)((uintptr_t)PEEK(h->quarantine_page[i]) & ~(uintptr_t)1); /* (remote.c's tag) */
-      if (PEEK(h->quarantine[i]) != NULL && page != NULL) t->live[size_of_class(PEEK(page->cls)) % HK_NSIZES]--;
+      hk_page *page = (hk_page *)(PEEK(h->quarantine[i].page) & ~(uintptr_t)1); /* (bit 0: remote.c's) */
+      if (PEEK(h->quarantine[i].block) != NULL && page != NULL) t->live[size_of_class(PEEK(page->cls)) % HK_NSIZES]--;
     }
   }
   hk_unlock(&hk_heap_lock);

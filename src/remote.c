@@ -361,15 +361,15 @@ void *hk_secure_cache_pop(hk_heap *h, unsigned cls, hk_block *b, size_t size) {
   return b;
 }
 
-/* A block leaves the quarantine: its first word must be as the quarantine
- * left it (a write after free would be lost under the link written now).
- * The thread's own block goes back onto its page's free list, another
- * heap's (`remote`) to the cache. */
-static void quarantine_out(hk_heap *h, hk_page *page, hk_block *b, bool remote) {
-  if (HK_UNLIKELY(b->link != quarantine_tag(hk_secure_mix(page, b))))
-    hk_fatal("write after free detected (a freed block was modified)", b);
-  if (remote) secure_keep(h, page, b);
-  else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(h, page);
+/* A block leaves the quarantine: its first word must still be its tag (a
+ * write after free would be lost under the link written now). The
+ * thread's own block goes back onto its page's free list, another heap's
+ * (bit 0 of `page`) to the cache. */
+static void quarantine_out(hk_heap *h, hk_block *b, uintptr_t page, uintptr_t tag) {
+  if (HK_UNLIKELY(b->link != tag)) hk_fatal("write after free detected (a freed block was modified)", b);
+  hk_page *pg = (hk_page *)(page & ~(uintptr_t)1);
+  if (page & 1) secure_keep(h, pg, b);
+  else if (hk_page_push(pg, b, pg->key)) hk_heap_page_emptied(h, pg);
 }
 
 /* A block the thread freed (checked, and no longer free to take in the
@@ -377,35 +377,36 @@ static void quarantine_out(hk_heap *h, hk_page *page, hk_block *b, bool remote) 
  * HK_QUARANTINE slots, and the block it displaces leaves (quarantine_out):
  * a freed block is not the next one handed out, and when it comes back is
  * random. A double free of a waiting block is found in the block map as
- * any other, and a write into its first word when it leaves. Blocks above
- * HK_QUARANTINE_BLOCK_MAX skip it: the quarantine holds the blocks, and
- * keeps their pages from emptying. A slot's page has bit 0 set for another
- * heap's block (`remote`): the block's page may be this thread's by the
- * time it leaves (adopted from an exited owner), and its remote bit must
- * still be cleared by the owner's collection or the cache's reuse. */
-static void quarantine(hk_heap *h, hk_page *page, hk_block *b, uintptr_t mix, uintptr_t remote) {
-  b->link = quarantine_tag(mix);
-  uint64_t x = h->quarantine_rng;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
+ * any other, and a write into its first word when it leaves (the slot
+ * keeps the tag written there). Blocks above HK_QUARANTINE_BLOCK_MAX skip
+ * it: the quarantine holds the blocks, and keeps their pages from
+ * emptying. `remote` (1) marks another heap's block: its page may be this
+ * thread's by the time it leaves (adopted from an exited owner), and its
+ * remote bit must still be cleared by the owner's collection or the
+ * cache's reuse. */
+_Static_assert(HK_QUARANTINE == 32, "the slot is the generator's top 5 bits");
+HK_INLINE void quarantine(hk_heap *h, hk_page *page, hk_block *b, uintptr_t mix, uintptr_t remote) {
+  uintptr_t tag = quarantine_tag(mix);
+  b->link = tag;
+  /* (a 64-bit LCG, Knuth's MMIX constants: its top bits are its best) */
+  uint64_t x = h->quarantine_rng * 6364136223846793005u + 1442695040888963407u;
   h->quarantine_rng = x;
-  unsigned i = (unsigned)(x >> 32) & (HK_QUARANTINE - 1);
-  hk_block *out = h->quarantine[i];
-  uintptr_t out_page = (uintptr_t)h->quarantine_page[i];
-  h->quarantine[i] = b;
-  h->quarantine_page[i] = (hk_page *)((uintptr_t)page | remote);
-  if (out != NULL) quarantine_out(h, (hk_page *)(out_page & ~(uintptr_t)1), out, out_page & 1);
+  unsigned i = (unsigned)(x >> 59);
+  hk_block *out = h->quarantine[i].block;
+  uintptr_t out_page = h->quarantine[i].page, out_tag = h->quarantine[i].tag;
+  h->quarantine[i].block = b;
+  h->quarantine[i].page = (uintptr_t)page | remote;
+  h->quarantine[i].tag = tag;
+  if (out != NULL) quarantine_out(h, out, out_page, out_tag);
 }
 
 /* Every waiting block out (thread exit, malloc_trim). */
 void hk_secure_quarantine_flush(hk_heap *h) {
   for (unsigned i = 0; i < HK_QUARANTINE; i++) {
-    hk_block *b = h->quarantine[i];
+    hk_block *b = h->quarantine[i].block;
     if (b == NULL) continue;
-    uintptr_t page = (uintptr_t)h->quarantine_page[i];
-    h->quarantine[i] = NULL;
-    quarantine_out(h, (hk_page *)(page & ~(uintptr_t)1), b, page & 1);
+    h->quarantine[i].block = NULL;
+    quarantine_out(h, b, h->quarantine[i].page, h->quarantine[i].tag);
   }
 }
 

@@ -86,7 +86,9 @@ HK_INLINE uintptr_t hk_secure_check(const hk_page *page, const hk_block *b) {
 
 /* ---- the block map ----
  * Two bitmaps per small region, mapped apart from it (region.c), with a
- * bit per 16 bytes: a block's bit is that of its first 16 bytes. What a
+ * bit per 16 bytes: a block's bit is that of its first 16 bytes. Their
+ * words alternate (live, remote, live, ...), so that malloc's and free's
+ * test of both reads one cache line. What a
  * program writes through a pointer into the region never reaches them, so
  * a double free is found whatever was written into the freed block.
  *   live:    set while the block is handed out. Written by the page's owner
@@ -104,11 +106,10 @@ typedef struct hk_block_bit {
 } hk_block_bit;
 
 HK_INLINE hk_block_bit hk_block_bit_of(const hk_page *page, const hk_block *b) {
-  /* (the word's byte offset, b's region offset / 1024 * 8, in a shift and a mask) */
-  uintptr_t off = ((uintptr_t)b >> 7) & ((HK_BLOCK_MAP_WORDS - 1) * 8);
+  /* (the pair's byte offset, b's region offset / 1024 * 16, in a shift and a mask) */
+  uintptr_t off = ((uintptr_t)b >> 6) & ((HK_BLOCK_MAP_WORDS - 1) * 16);
   char *map = (char *)hk_page_region(page)->block_map + off;
-  return (hk_block_bit){(_Atomic uint64_t *)map, (_Atomic uint64_t *)(map + HK_BLOCK_MAP_WORDS * 8),
-                        (uint64_t)1 << (((uintptr_t)b >> 4) & 63)};
+  return (hk_block_bit){(_Atomic uint64_t *)map, (_Atomic uint64_t *)(map + 8), (uint64_t)1 << (((uintptr_t)b >> 4) & 63)};
 }
 
 /* Handed out and not freed since (by its owner or by another thread). */

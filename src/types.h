@@ -311,10 +311,14 @@ typedef struct hk_heap {
   uintptr_t list_add, list_mul, list_inv; /* the keys of the cache's and the stash's links
                                      (hk_cache_link), derived from the secret anew for each
                                      ownership (heap.c) */
-  hk_block *quarantine[HK_QUARANTINE]; /* hardened mode: blocks the thread freed, not yet back on
-                                     their pages (remote.c); NULL: a free slot */
-  hk_page *quarantine_page[HK_QUARANTINE]; /* their pages, bit 0 set for another heap's block */
-  uint64_t quarantine_rng;        /* xorshift state: which slot the next freed block takes */
+  struct {
+    hk_block *block;              /* NULL: a free slot */
+    uintptr_t page;               /* its page, bit 0 set for another heap's block */
+    uintptr_t tag;                /* what its first word must still be (remote.c) */
+  } quarantine[HK_QUARANTINE];    /* hardened mode: blocks the thread freed, not yet back on
+                                     their pages (remote.c) */
+  uint64_t quarantine_rng;        /* a linear congruential generator's state: which slot the
+                                     next freed block takes */
   uint16_t cache_room[HK_NCLASSES]; /* blocks the class may still take: hk_class_cache_max less those
                                      it holds (0 in hk_heap_empty, and for a class without cache:
                                      one test for all) */
