@@ -78,7 +78,8 @@ static _Atomic uint32_t *stack_slots; /* a hash table of stacks' indexes + 1 (0:
  * addressing, linear probing), so that threads sampling at once seldom
  * wait for each other. */
 typedef struct sample_shard {
-  _Alignas(64) pthread_mutex_t lock;
+  _Alignas(64) _Atomic uint32_t lock; /* a spin lock (sync.h): held for a probe, an insert or a
+                                         removal (and a profile's pass over the table) */
   prof_sample *table;
   size_t cap, n;
 } sample_shard;
@@ -336,7 +337,7 @@ static bool grow(sample_shard *sh) {
 
 static void sample_add(uintptr_t addr, size_t size, uint32_t stack, uint64_t now) {
   sample_shard *sh = shard_of(addr);
-  hk_lock(&sh->lock);
+  bool took = hk_spin_lock(&sh->lock);
   prof_sample *s = sample_find(sh, addr);
   if (s == NULL && ((sh->n + 1) * 4 <= sh->cap * 3 || grow(sh))) {
     size_t i = sample_slot(sh, addr);
@@ -346,7 +347,7 @@ static void sample_add(uintptr_t addr, size_t size, uint32_t stack, uint64_t now
   }
   /* (an address sampled before: that block was freed and its place reused) */
   if (s != NULL) *s = (prof_sample){addr, size, stack, thread_number(), now};
-  hk_unlock(&sh->lock);
+  if (took) hk_spin_unlock(&sh->lock);
 }
 
 /* ---- the sampled allocation ---- */
@@ -432,7 +433,7 @@ bool hk_profile_large(void *p, size_t size) {
 
 void hk_profile_forget(void *p) {
   sample_shard *sh = shard_of((uintptr_t)p);
-  hk_lock(&sh->lock);
+  bool took = hk_spin_lock(&sh->lock);
   prof_sample *s = sample_find(sh, (uintptr_t)p);
   if (s != NULL) {
     uint64_t life = hk_os_now_ms() - s->when;
@@ -443,7 +444,7 @@ void hk_profile_forget(void *p) {
     if (s->thread != thread_number()) atomic_fetch_add_explicit(&st->freed_remote, 1, memory_order_relaxed);
     sample_remove_at(sh, (size_t)(s - sh->table));
   }
-  hk_unlock(&sh->lock);
+  if (took) hk_spin_unlock(&sh->lock);
 }
 
 /* ---- the profile ---- */
@@ -519,7 +520,7 @@ static live_tally *live_by_stack(void) {
   memset(&t[STACKS_MAX], 0, sizeof *t);
   for (unsigned k = 0; k < SHARDS; k++) {
     sample_shard *sh = &shards[k];
-    hk_lock(&sh->lock);
+    bool took = hk_spin_lock(&sh->lock);
     for (size_t i = 0; i < sh->cap; i++) {
       const prof_sample *s = &sh->table[i];
       if (s->addr == 0) continue;
@@ -530,7 +531,7 @@ static live_tally *live_by_stack(void) {
       l->est_count += f;
       l->est_bytes += f * (double)s->size;
     }
-    hk_unlock(&sh->lock);
+    if (took) hk_spin_unlock(&sh->lock);
   }
   hk_unlock(&profile_lock);
   return t;
@@ -896,7 +897,6 @@ void hk_profile_init(void) {
     return;
   }
   for (unsigned k = 0; k < SHARDS; k++) {
-    pthread_mutex_init(&shards[k].lock, NULL);
     shards[k].cap = SHARD_MIN;
     shards[k].table = hk_os_map_aligned(SHARD_MIN * sizeof(prof_sample), 4096);
     if (shards[k].table == NULL) return;
@@ -937,10 +937,10 @@ __attribute__((destructor)) static void profile_at_exit(void) {
 void hk_profile_fork_prepare(void) {
   hk_lock(&dump_lock);
   hk_lock(&profile_lock);
-  for (unsigned k = 0; k < SHARDS; k++) hk_lock(&shards[k].lock);
+  for (unsigned k = 0; k < SHARDS; k++) hk_spin_lock(&shards[k].lock);
 }
 void hk_profile_fork_parent(void) {
-  for (unsigned k = 0; k < SHARDS; k++) hk_unlock(&shards[k].lock);
+  for (unsigned k = 0; k < SHARDS; k++) hk_spin_unlock(&shards[k].lock);
   hk_unlock(&profile_lock);
   hk_unlock(&dump_lock);
 }
@@ -948,5 +948,5 @@ void hk_profile_fork_child(void) {
   hk_store_relaxed(&peak_live, 0); /* (the child's own peak, written under its own pid) */
   pthread_mutex_init(&profile_lock, NULL);
   pthread_mutex_init(&dump_lock, NULL);
-  for (unsigned k = 0; k < SHARDS; k++) pthread_mutex_init(&shards[k].lock, NULL);
+  for (unsigned k = 0; k < SHARDS; k++) hk_spin_unlock(&shards[k].lock);
 }
