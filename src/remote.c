@@ -287,6 +287,25 @@ static void heapless_push(hk_page *page, hk_block *b) {
   }
 }
 
+/* b goes first in h's cache of class cls (there is room), linked through
+ * its second word; its first word is the caller's. (Not counted here: a
+ * kept block is counted when it is reused or flushed, see stats.c.) */
+HK_INLINE void cache_link_in(hk_heap *h, unsigned cls, hk_block *b) {
+  (&b->link)[1] = hk_cache_link(h, h->cache_first[cls]);
+  h->cache_first[cls] = b;
+  h->cache_room[cls]--;
+  h->cache_bytes += hk_class_size[cls];
+}
+
+/* Keep b, a block of owner's, in self's cache of class cls (there is
+ * room). */
+HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_block *b, const hk_heap *owner) {
+  /* (without a branch: local and remote frees come in any order) */
+  self->cache_remote += (uint32_t)(owner != self);
+  b->link = hk_foreign_tag(page);
+  cache_link_in(self, cls, b);
+}
+
 /* ---- hardened mode's free, quarantine and thread cache ----
  * Every block the thread frees, its own or another heap's, waits in the
  * quarantine first (below). A block of another heap's that leaves it goes
@@ -319,10 +338,7 @@ static void secure_keep(hk_heap *h, hk_page *page, hk_block *b) {
   }
   if (h->cache_room[cls] == 0) cache_flush_keep(h, cls, cache_keeps(h, hk_class_cache_max[cls]));
   if (h->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES) cache_halve(h);
-  (&b->link)[1] = hk_cache_link(h, h->cache_first[cls]); /* (the first word keeps its tag) */
-  h->cache_first[cls] = b;
-  h->cache_room[cls]--;
-  h->cache_bytes += hk_class_size[cls];
+  cache_link_in(h, cls, b); /* (the first word keeps its tag) */
 }
 
 /* Hardened malloc's block from the cache of class cls: b, its first block.
@@ -458,19 +474,6 @@ HK_NOINLINE void hk_secure_free(hk_block *b, hk_page *page, hk_heap *self) {
   else if (hk_page_push(page, b, page->key)) hk_heap_page_emptied(self, page);
 }
 
-/* Keep b, a block of owner's, in self's cache of class cls (there is
- * room). */
-HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_block *b, const hk_heap *owner) {
-  /* (without a branch: local and remote frees come in any order) */
-  self->cache_remote += (uint32_t)(owner != self);
-  b->link = hk_foreign_tag(page);
-  (&b->link)[1] = hk_cache_link(self, self->cache_first[cls]);
-  self->cache_first[cls] = b;
-  self->cache_room[cls]--;
-  self->cache_bytes += hk_class_size[cls];
-  /* (not counted here: a kept block is counted when it is reused or
-   * flushed, see stats.c) */
-}
 
 /* The common path's tests failed: the block goes back to its page (this
  * thread keeps no cache, the class has none, or the owner is gone or

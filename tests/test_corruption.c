@@ -309,12 +309,18 @@ static void *owner_thread(void *unused) {
   pthread_barrier_wait(&owner_done);
   return NULL;
 }
-static void cache_uaf_write(void) {
+/* Start `owner` (it allocates owned[], waits at owner_ready, then at
+ * owner_done); returns once the blocks are there. */
+static pthread_t start_owner(void *(*owner)(void *)) {
   pthread_barrier_init(&owner_ready, NULL, 2);
   pthread_barrier_init(&owner_done, NULL, 2);
   pthread_t t;
-  CHECK(pthread_create(&t, NULL, owner_thread, NULL) == 0, "pthread_create failed");
+  CHECK(pthread_create(&t, NULL, owner, NULL) == 0, "pthread_create failed");
   pthread_barrier_wait(&owner_ready);
+  return t;
+}
+static void cache_uaf_write(void) {
+  pthread_t t = start_owner(owner_thread);
   /* frees of another thread's blocks fill this thread's cache (cache mode) */
   phase = PHASE_CALL;
   for (int i = 0; i < 399; i++) API(free)(hkt_opaque_ptr(owned[i]));
@@ -336,11 +342,7 @@ static void cache_uaf_write(void) {
  * first word overwritten, and this thread mallocs the class: the first
  * block it reuses from the cache was written after its free. */
 static void cached_first_word(void) {
-  pthread_barrier_init(&owner_ready, NULL, 2);
-  pthread_barrier_init(&owner_done, NULL, 2);
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, owner_thread, NULL) == 0, "pthread_create failed");
-  pthread_barrier_wait(&owner_ready);
+  pthread_t t = start_owner(owner_thread);
   phase = PHASE_CALL;
   for (int i = 0; i < 400; i++) API(free)(hkt_opaque_ptr(owned[i]));
   phase = PHASE_WRITE;
@@ -364,11 +366,7 @@ static void *free_owned_in_owner(void *unused) {
   return NULL;
 }
 static void remote_then_owner_double_free(void) {
-  pthread_barrier_init(&owner_ready, NULL, 2);
-  pthread_barrier_init(&owner_done, NULL, 2);
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, free_owned_in_owner, NULL) == 0, "pthread_create failed");
-  pthread_barrier_wait(&owner_ready);
+  pthread_t t = start_owner(free_owned_in_owner);
   phase = PHASE_CALL;
   for (int i = 0; i < 400; i++) API(free)(hkt_opaque_ptr(owned[i]));
   phase = PHASE_SETUP;
