@@ -21,6 +21,7 @@
  * growth is new). realloc grows with mremap too: the pages move, they are
  * not copied. */
 #include "internal.h"
+#include "secure.h"
 
 #include <errno.h>
 #include <string.h>
@@ -34,7 +35,7 @@ pthread_mutex_t hk_large_lock = HK_SPIN_MUTEX_INITIALIZER;
  * freed mapping, indexed by size in bins of eight per power of two (the
  * size classes' spacing), so that a request finds a mapping of its own size
  * without a search. A new mapping's size is rounded up to a bin's lower
- * bound (not under a limit on mapped bytes, nor in hardened mode): freed,
+ * bound (not under a limit on mapped bytes): freed,
  * it serves every request of its bin whole, neither grown nor trimmed, at
  * the cost of at most an eighth more address space (pages the block does
  * not touch are never faulted in). A bin lists resident entries before
@@ -49,7 +50,8 @@ pthread_mutex_t hk_large_lock = HK_SPIN_MUTEX_INITIALIZER;
 #define NBINS 256
 typedef struct cache_entry {
   hk_region *r;
-  size_t map_size, resident, user_offset; /* resident: data bytes committed */
+  size_t map_size, resident; /* resident: data bytes committed */
+  size_t data_base;          /* hardened mode: its data's first page (data_base) */
   uint64_t at_ms;                         /* when it was cached */
   uint16_t bin;
   uint16_t link[2][2]; /* [BY_BIN or BY_AGE][NEXT or PREV] */
@@ -127,6 +129,7 @@ static unsigned cache_entries_limit(live_sum recent) {
 }
 
 static size_t data_page(const hk_region *r);
+static size_t data_base(const hk_region *r);
 
 /* ---- the cache's lists ---- */
 static void list_unlink(index_list *l, unsigned i, int by) {
@@ -167,7 +170,7 @@ static size_t bin_round(size_t need) {
 static void cache_insert(hk_region *r, size_t resident, uint64_t now) {
   unsigned i = cache.free_n ? cache.free[--cache.free_n] : cache.used++;
   unsigned k = bin_of(r->map_size);
-  ent[i] = (cache_entry){r, r->map_size, resident, r->user_offset, now, (uint16_t)k, {{NIL, NIL}, {NIL, NIL}}};
+  ent[i] = (cache_entry){r, r->map_size, resident, data_base(r), now, (uint16_t)k, {{NIL, NIL}, {NIL, NIL}}};
   list_link(&bins[k], i, BY_BIN, true);
   cache.bin_bits[k / 64] |= (uint64_t)1 << (k % 64);
   list_link(&cache.age_resident, i, BY_AGE, false);
@@ -463,12 +466,60 @@ bool hk_large_trim(bool force) {
 /* The guard page after the header's page, in every mode; hardened mode
  * puts it right before the data instead (the same place unless the block
  * is aligned to more than a page) and adds one at the end of the mapping,
- * and, when a block leaves room after it in a reused mapping, one right
- * after the block (at block_end: move_tail_guard). A cached hardened
- * mapping is reused only for the same data offset, so the guard before the
- * data stays where it belongs. Blocks move with hk_os_remap_headed, which
- * keeps header, guard and data in place relative to each other. */
+ * and, when a fresh mapping is longer than its block, one right after the
+ * block (at block_end: move_tail_guard). A reused hardened mapping keeps
+ * its guards where they are (secure_place): a block that fits below the
+ * guard at block_end ends right at it where its data still starts in the
+ * header's 4 MiB unit (free finds the header there: hk_region_of), else
+ * starts right after the guard before it; a larger one has the guard at
+ * block_end lifted, leaving the mapping's end guard. Moving a guard to the
+ * block instead would cost two mprotect calls a reuse, each a TLB
+ * shootdown where the process has other threads. A canary in the 8 bytes
+ * on each side of the data that does not touch a guard page (canaries_mark)
+ * reports at free and realloc a linear overflow or underflow into the
+ * unused pages there. A block aligned to more than a page is reused only
+ * for the same data base, the guard before it where it belongs. Blocks
+ * move with hk_os_remap_headed, which keeps header, guard and data in place
+ * relative to each other. */
 static size_t guard_tail(void) { return hk_secure ? HK_GUARD : 0; }
+
+/* Hardened mode: the first page a mapping's data may use, right after the
+ * guard before it (cache entries are matched on it). */
+static size_t data_base(const hk_region *r) { return r->large_floating ? LARGE_HEAD : r->user_offset; }
+
+/* Hardened mode: a canary's 8 bytes at `where` (a keyed hash of the
+ * address, its first byte zero, as the small blocks' canaries: secure.h). */
+static uint64_t canary_for(uintptr_t where) {
+  return hk_secure_canary_of(hk_derive_key(where, 0x6c61726765636e79ull /* "largecny" */));
+}
+/* Where a live block's canaries are: 0 for a side whose data touches a
+ * guard page (or whose last 8 bytes before it are the data's). */
+static uintptr_t canary_before(const hk_region *r) {
+  return r->user_offset > data_base(r) ? (uintptr_t)r + r->user_offset - 8 : 0;
+}
+static uintptr_t canary_after(const hk_region *r) {
+  return r->user_offset + r->user_size + 8 <= r->block_end ? (uintptr_t)r + r->user_offset + r->user_size : 0;
+}
+static void canaries_mark(hk_region *r) {
+  uintptr_t at[2] = {canary_before(r), canary_after(r)};
+  for (int k = 0; k < 2; k++) {
+    uint64_t c = canary_for(at[k]);
+    if (at[k] != 0) memcpy((void *)at[k], &c, sizeof c);
+  }
+}
+/* The report for a broken canary of a live block, or NULL. */
+static const char *canaries_broken(const hk_region *r) {
+  uintptr_t at[2] = {canary_before(r), canary_after(r)};
+  static const char *const what[2] = {"heap buffer underflow detected (the 8 bytes before a large block overwritten)",
+                                      "heap buffer overflow detected (the 8 bytes after a large block overwritten)"};
+  for (int k = 0; k < 2; k++) {
+    uint64_t found;
+    if (at[k] == 0) continue;
+    memcpy(&found, (const void *)at[k], sizeof found);
+    if (found != canary_for(at[k])) return what[k];
+  }
+  return NULL;
+}
 
 static void place_guards(hk_region *r) {
   if (!hk_secure) return;
@@ -480,22 +531,41 @@ static void place_guards(hk_region *r) {
 /* Hardened mode, before a mapping grows: its data to its end made one
  * mapping again, as mremap needs (false if a guard could not be lifted). */
 static bool lift_tail_guards(hk_region *r) {
-  size_t last = r->map_size - HK_GUARD;
-  if (r->block_end < last && !hk_os_unguard((char *)r + r->block_end, HK_GUARD)) return false;
-  r->block_end = last;
-  return hk_os_unguard((char *)r + last, HK_GUARD);
+  if (!hk_os_unguard((char *)r + r->block_end, r->map_size - r->block_end)) return false;
+  r->block_end = r->map_size - HK_GUARD;
+  return true;
 }
 
 /* Hardened mode: a guard page at `end` (page-aligned), right after the
- * block that r serves now, instead of at its last block's end. The guard at
- * the mapping's end stays. The pages keep their contents either way (no
- * page faults on reuse). False if the old guard could not be lifted. */
+ * block that r serves now, and every page below it accessible. Below
+ * block_end they are; above it, pages may still be guards that blocks
+ * before placed there (guards moved down stay, which spares a system
+ * call), and are lifted in the one call that lifts the guard at block_end.
+ * The guard at the mapping's end stays. The pages keep their contents (no
+ * page faults on reuse). False if a guard could not be lifted. */
 static bool move_tail_guard(hk_region *r, size_t end) {
   size_t old = r->block_end, last = r->map_size - HK_GUARD;
   if (old == end) return true;
-  if (old < last && !hk_os_unguard((char *)r + old, HK_GUARD)) return false;
+  if (end > old && !hk_os_unguard((char *)r + old, end - old)) return false;
   if (end < last) hk_os_guard((char *)r + end, HK_GUARD);
   r->block_end = end;
+  return true;
+}
+
+/* Hardened mode, a cached mapping reused for a block that needs `need`
+ * bytes from its data base (*off: where its data starts): where the last
+ * block ended at the guard at block_end (its pages, likely still resident)
+ * and the new one fits below it, the new one ends there too, unless its
+ * data would then start past the header's 4 MiB unit (free finds the
+ * header there: hk_region_of); else it starts at its base, on the pages
+ * the last one started on, the guard at block_end lifted if it does not
+ * fit below it. False if the guard could not be lifted. */
+static bool secure_place(hk_region *r, size_t need, size_t *off) {
+  size_t base = data_base(r), data = need - HK_GUARD - base; /* the data's pages */
+  bool last_at_guard = round_page(r->user_offset + r->user_size) == r->block_end; /* (the last block's fields) */
+  *off = base;
+  if (r->block_end - base < data) return move_tail_guard(r, r->map_size - HK_GUARD);
+  if (r->large_floating && last_at_guard && r->block_end - data < HK_REGION_SIZE) *off = r->block_end - data;
   return true;
 }
 
@@ -568,13 +638,13 @@ static bool held_over_budget_locked(size_t recent, size_t times) {
 #define NEAR_BINS 2
 
 /* The first entry of bin k usable for a block at data offset `off` that
- * needs `need` bytes (hardened mode: only one with the same offset, so the
- * guard pages stay in place, and, as its mappings are not rounded to their
- * bin's size, one at least `need` long), resident ones first; NIL if none. */
+ * needs `need` bytes (hardened mode: only one whose data base is `off`, so
+ * that the guard before the data stays in place, and at least `need`
+ * long), resident ones first; NIL if none. */
 static unsigned bin_first(unsigned k, size_t off, size_t need) {
   unsigned i = bins[k].first;
   if (hk_secure)
-    while (i != NIL && (ent[i].user_offset != off || ent[i].map_size < need)) i = ent[i].link[BY_BIN][NEXT];
+    while (i != NIL && (ent[i].data_base != off || ent[i].map_size < need)) i = ent[i].link[BY_BIN][NEXT];
   return i;
 }
 /* The lowest non-empty bin from k up (NBINS: none). */
@@ -590,7 +660,7 @@ static unsigned bin_next(unsigned k) {
  * the request's bin or up to NEAR_BINS above, a resident one first; else
  * the smallest that holds it; else the largest resident one, grown with
  * mremap (its pages move with it; only the growth is new). Hardened mode:
- * only one with the same data offset (under a limit on mapped bytes, of the
+ * only one with the same data base (under a limit on mapped bytes, of the
  * near bins); its guards are lifted for a growth, and put back at the new
  * end. `want` is need rounded to its bin (bin_round), what a trim or growth
  * leaves. A mapping kept whole with resident pages past the block is
@@ -620,7 +690,7 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size, 
     /* the largest resident one below: bins from k down, heads only */
     for (unsigned b = k < NBINS ? k : NBINS - 1; b-- > 0 && best == NIL;) {
       unsigned i = bins[b].first;
-      if (i != NIL && ent[i].resident && ent[i].map_size < need && (!hk_secure || ent[i].user_offset == off)) best = i;
+      if (i != NIL && ent[i].resident && ent[i].map_size < need && (!hk_secure || ent[i].data_base == off)) best = i;
     }
     grow = best != NIL;
   }
@@ -701,7 +771,7 @@ static size_t data_offset(size_t align) {
  * the header's, the rest of which is cleared instead when the purge
  * promises zeros (see large_zero). */
 static size_t data_page(const hk_region *r) {
-  return hk_secure ? r->user_offset : r->large_guarded ? LARGE_HEAD : HK_OS_PAGE;
+  return hk_secure ? data_base(r) : r->large_guarded ? LARGE_HEAD : HK_OS_PAGE;
 }
 
 void *hk_large_alloc(size_t size, size_t align, bool zero) {
@@ -728,7 +798,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
    * writes the same lines, which may still be cached */
   if (r != NULL && colored && r->user_offset >= LARGE_HEAD && r->user_offset <= span) off = r->user_offset;
   if (r != NULL) set_head_guard(r, guarded);
-  if (r != NULL && hk_secure && !move_tail_guard(r, need - HK_GUARD)) { /* (mapped afresh instead) */
+  if (r != NULL && hk_secure && !secure_place(r, need, &off)) { /* (mapped afresh instead) */
     hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size);
     unmap_large(r);
     r = NULL;
@@ -740,6 +810,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
       return NULL;
     }
     r->user_offset = off;
+    r->large_floating = hk_secure && off == LARGE_HEAD;
     place_guards(r); /* once per mapping: a cached one keeps them */
     if (hk_secure) move_tail_guard(r, need - HK_GUARD); /* (nothing to lift: cannot fail) */
     set_head_guard(r, guarded);
@@ -754,7 +825,8 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   }
   r->user_offset = off;
   r->user_size = size;
-  if (!listed) r->block_end = need - guard_tail();
+  if (hk_secure) canaries_mark(r);
+  else if (!listed) r->block_end = need; /* (hardened mode: where the guard is, set above) */
   r->large_state = HK_LARGE_LIVE;
   r->large_sampled = 0;
   r->large_heap = NULL;
@@ -780,6 +852,11 @@ void hk_large_free(hk_region *r, void *p) {
   if ((char *)p != (char *)r + r->user_offset) {
     hk_unlock(&hk_large_lock);
     hk_fatal("free() of a pointer into the middle of a large block", p);
+  }
+  const char *broken = hk_secure ? canaries_broken(r) : NULL;
+  if (broken != NULL) {
+    hk_unlock(&hk_large_lock);
+    hk_fatal(broken, p);
   }
   hk_stat_add(large_frees, 1);
   tail_forget_locked(r);
@@ -833,24 +910,31 @@ static void resize_asked(hk_region *r, size_t size) {
  * block and a guard after it, the guard moved to the block's new end when
  * it grows past it (a shrink leaves it: no system call); else grown with
  * mremap to just that, the guards lifted and the end guard put back, as
- * cache_take grows a mapping. */
+ * cache_take grows a mapping. The canaries are checked first, and written
+ * again for the new size or place. */
 static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
+  const char *broken = canaries_broken(r);
+  if (broken != NULL) hk_fatal(broken, p);
   size_t old = r->map_size;
   if (need + HK_GUARD <= old) {
     if (need > r->block_end && !move_tail_guard(r, need)) return NULL;
     resize_asked(r, size);
+    canaries_mark(r);
     return p;
   }
-  if (r->user_offset != LARGE_HEAD) return NULL; /* (see cache_take) */
+  if (!r->large_floating) return NULL; /* (see cache_take) */
   size_t want = need + HK_GUARD;
   if (!hk_limit_allows(want - old)) return NULL; /* (a memory limit: the caller's copy fails too) */
   hk_region_unregister(r); /* (see hk_large_realloc) */
   hk_heap *heap = heap_leave(r);
+  size_t end = r->block_end;
   hk_region *n = lift_tail_guards(r) ? remap_large(r, old, want) : NULL;
   hk_region_register(n != NULL ? n : r);
   heap_rejoin(n != NULL ? n : r, heap);
-  if (n == NULL) { /* still at r: its end guard back */
+  if (n == NULL) { /* still at r: its guards back (and so where its canary is) */
+    if (end < old - HK_GUARD) hk_os_guard((char *)r + end, HK_GUARD);
     hk_os_guard((char *)r + old - HK_GUARD, HK_GUARD);
+    r->block_end = end;
     return NULL;
   }
   hk_os_guard((char *)n + want - HK_GUARD, HK_GUARD);
@@ -858,6 +942,7 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   n->map_size = want;
   n->block_end = want - HK_GUARD;
   resize_asked(n, size);
+  canaries_mark(n);
   hk_stat_peak(&hk_stats.large_peak_bytes,
                hk_add_relaxed(&hk_stats.large_mapped_bytes, want - old) + want - old);
   return (char *)n + n->user_offset;

@@ -251,6 +251,33 @@ static void large_underflow(void) {
   take(8 * MiB);
 }
 
+/* the same in a reused mapping: a 9 MiB block freed, its mapping cached,
+ * then an 8 MiB block (hardened mode puts its data against the guard page
+ * after it, leaving a megabyte unused before it: a canary there) */
+static void large_reused_underflow(void) {
+  give(take(9 * MiB));
+  char *p = (char *)take(8 * MiB);
+  phase = PHASE_WRITE;
+  memset(hkt_opaque_ptr(p - 64), 0x41, 64);
+  phase = PHASE_SETUP;
+  give(p);
+  take(8 * MiB);
+}
+
+/* the 64 bytes after an 18 MiB block in a reused 22 MiB block's mapping
+ * overwritten, then freed (the data would start past the header's 4 MiB
+ * unit if it ended at the guard: hardened mode starts it at the guard
+ * before it, a canary after it) */
+static void large_reused_overflow(void) {
+  give(take(22 * MiB));
+  char *p = (char *)take(18 * MiB);
+  phase = PHASE_WRITE;
+  memset(hkt_opaque_ptr(p + 18 * MiB), 0x41, 64);
+  phase = PHASE_SETUP;
+  give(p);
+  take(18 * MiB);
+}
+
 /* a 16-byte overflow from a live small block into the next, free block, then malloc */
 static void overflow_into_free(void) {
   char *v[16], *a = NULL, *b = NULL;
@@ -407,6 +434,11 @@ static const scenario scenarios[] = {
      * default mode: a write there reaches nothing, the header lies beyond a
      * guard page; with a colour of 0 the write faults) */
     {"64 bytes before an 8 MiB block overwritten, then freed", large_underflow, {R | W, W, W}, {N, 0, 0}},
+    {"64 bytes before an 8 MiB block in a reused 9 MiB mapping overwritten, then freed", large_reused_underflow,
+     {R | W, R | W, R | W}, {N, 0, 0}},
+    /* (the default mode's large blocks have no guard page after them) */
+    {"64 bytes after an 18 MiB block in a reused 22 MiB mapping overwritten, then freed", large_reused_overflow,
+     {R | W, R | W, R | W}, {N, 0, 0}},
     {"16-byte overflow from a live block into the next, free block, then malloc", overflow_into_free, {R, R, R},
      {0, 0, 0}},
     /* (hardened mode holds neither: the block waits on its page's list,
