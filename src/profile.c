@@ -209,25 +209,72 @@ static __attribute__((noinline)) uint32_t unwind_stack(uintptr_t *pc, uintptr_t 
   return u.n;
 }
 
+#define STACK_NONE UINT32_MAX
+#define STACK_PENDING (UINT32_MAX - 1) /* last_walk.stack: the whole walk is kept, its index to come */
+
 #if defined(__x86_64__)
+/* The first frames of this thread's last walk: their return addresses and
+ * where each was read (its frame's CFA less take_stack's). A frame's size
+ * follows from its return address, so a walk that finds the same return
+ * addresses at those places has taken the same path that far: it reads
+ * them and skips their lookups (a few instructions a frame for about
+ * thirty). Where that is the whole walk, it is the same stack, and its
+ * index is the last one's (record_sample). */
+#define MEMO_FRAMES 16
+static __thread struct {
+  uint32_t n;                   /* frames kept */
+  uint32_t lib;                 /* of them, this library's at the top (not in the stack) */
+  uint32_t stack;               /* the last stack's index, when the n frames are all of it; else STACK_NONE */
+  uint32_t at[MEMO_FRAMES + 1]; /* at[j]: frame j's CFA less take_stack's; at[n]: the next frame's */
+  uintptr_t ip[MEMO_FRAMES];
+} last_walk __attribute__((tls_model("initial-exec")));
+
 /* The stack by the remembered frame sizes, from (ip, cfa): the return
  * address into take_stack's caller and take_stack's CFA. 0: a frame not
- * remembered, or a read that would leave the stack. */
-static uint32_t walk_stack(uintptr_t *pc, uintptr_t ip, uintptr_t cfa) {
-  uint32_t n = 0;
+ * remembered, or a read that would leave the stack. *same: the last walk's
+ * stack, whose index last_walk.stack holds. */
+static uint32_t walk_stack(uintptr_t *pc, uintptr_t ip, uintptr_t cfa, bool *same) {
+  const uintptr_t cfa0 = cfa;
+  uint32_t n = 0, j = 0, k = last_walk.n;
   bool top = true;
-  for (uint32_t depth = 0; depth < 4 * STACK_MAX; depth++) {
+  *same = false;
+  if (k != 0 && ip == last_walk.ip[0] && cfa0 + last_walk.at[k] <= stack_top) {
+    for (j = 1; j < k && *(const uintptr_t *)(cfa0 + last_walk.at[j] - 8) == last_walk.ip[j]; j++) {
+    }
+    if (j == k && last_walk.stack != STACK_NONE) {
+      *same = true;
+      return k - last_walk.lib;
+    }
+    /* the first j frames as before: the rest from there */
+    for (uint32_t f = last_walk.lib < j ? last_walk.lib : j; f < j; f++) pc[n++] = last_walk.ip[f];
+    top = last_walk.lib >= j;
+    cfa = cfa0 + last_walk.at[j];
+    ip = *(const uintptr_t *)(cfa - 8);
+  }
+  last_walk.n = j;
+  last_walk.stack = STACK_NONE;
+  for (uint32_t depth = j; depth < 4 * STACK_MAX; depth++) {
     int64_t code = frame_size_of(ip);
     if (code < 0 || code == SIZE_VARIES) return 0;
-    if (!(top && ip >= lib_start && ip < lib_end)) {
+    bool lib = top && ip >= lib_start && ip < lib_end;
+    if (!lib) {
       top = false;
       pc[n++] = ip;
-      if (n == STACK_MAX) return n;
     }
-    if (code == SIZE_END) return n;
+    if (depth < MEMO_FRAMES) { /* (a frame whose size is known) */
+      last_walk.ip[depth] = ip;
+      last_walk.at[depth] = (uint32_t)(cfa - cfa0);
+      last_walk.lib = depth + 1 - n;
+      last_walk.n = depth + 1;
+    }
+    if (n == STACK_MAX || code == SIZE_END) {
+      if (depth < MEMO_FRAMES) last_walk.stack = STACK_PENDING;
+      return n;
+    }
     cfa += (uintptr_t)code * 8;
     if (cfa > stack_top) return 0;
     ip = *(const uintptr_t *)(cfa - 8);
+    if (depth < MEMO_FRAMES) last_walk.at[depth + 1] = (uint32_t)(cfa - cfa0);
   }
   return 0;
 }
@@ -246,7 +293,6 @@ static bool same_stack(const prof_stack *s, uint64_t h, const uintptr_t *pc, uin
   return true;
 }
 
-#define STACK_NONE UINT32_MAX
 
 /* The stack's index, or STACK_NONE when it is not in the table. Without
  * a lock. */
@@ -354,15 +400,19 @@ static void sample_add(uintptr_t addr, size_t size, uint32_t stack, uint64_t now
 
 /* The stack of the allocation being sampled, this library's frames left
  * out: from the remembered frame sizes (*walked), or by the unwinder (see
- * above). */
-static __attribute__((noinline)) uint32_t take_stack(uintptr_t *pc, bool *walked) {
+ * above). *index: the stack's index where the walk found this thread's
+ * last stack (then pc is not filled in), else STACK_NONE. */
+static __attribute__((noinline)) uint32_t take_stack(uintptr_t *pc, bool *walked, uint32_t *index) {
   volatile char anchor = 0;
   uintptr_t here = (uintptr_t)&anchor, ip = (uintptr_t)__builtin_return_address(0);
   *walked = false;
+  *index = STACK_NONE;
 #if defined(__x86_64__) /* (a return address is the word below its frame's CFA there; not on aarch64) */
   intptr_t delta = atomic_load_explicit(&take_stack_cfa, memory_order_relaxed);
   if (stack_top != 0 && delta != 0) {
-    uint32_t n = walk_stack(pc, ip, here + (uintptr_t)delta);
+    bool same;
+    uint32_t n = walk_stack(pc, ip, here + (uintptr_t)delta, &same);
+    if (same) *index = last_walk.stack;
     *walked = n != 0;
     if (n != 0) return n;
   }
@@ -372,18 +422,22 @@ static __attribute__((noinline)) uint32_t take_stack(uintptr_t *pc, bool *walked
 
 /* Record the sample of the block at addr: its stack taken, and its
  * stack's index (a walked stack not in the table yet is taken again by the
- * unwinder, then added under profile_lock), then the sample. */
+ * unwinder, then added under profile_lock; the index kept for the next
+ * walk that finds the same stack), then the sample. */
 static void record_sample(uintptr_t addr, size_t size) {
   uintptr_t pc[STACK_MAX];
   bool walked;
-  uint32_t n = take_stack(pc, &walked);
-  uint32_t index = stack_find(pc, n);
+  uint32_t index, n = take_stack(pc, &walked, &index);
+  if (index == STACK_NONE) index = stack_find(pc, n);
   if (index == STACK_NONE) {
     if (walked) n = unwind_stack(pc, 0, 0);
     hk_lock(&profile_lock);
     index = stack_index(pc, n);
     hk_unlock(&profile_lock);
   }
+#if defined(__x86_64__)
+  if (last_walk.stack == STACK_PENDING) last_walk.stack = index;
+#endif
   atomic_fetch_add_explicit(&stacks[index].alloc_count, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&stacks[index].alloc_bytes, size, memory_order_relaxed);
   unsigned b = 63 - (unsigned)__builtin_clzll((uint64_t)size | 1);
