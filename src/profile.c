@@ -37,7 +37,7 @@
 #define LIFETIMES 3            /* freed within 10 ms, within 1 s, later */
 static const uint64_t LIFETIME_MS[LIFETIMES - 1] = {10, 1000};
 #define SIZE_BUCKETS 48        /* sampled allocations by size: [2^i, 2^(i+1)) bytes */
-#define SHARD_MIN (1u << 10)   /* a table's first size; doubles when 3/4 full */
+#define SHARD_MIN (1u << 7)    /* a table's first size; doubles when 3/4 full */
 
 typedef struct prof_stack {
   uint64_t hash;     /* 0: free slot */
@@ -358,6 +358,18 @@ static void sample_remove_at(sample_shard *sh, size_t i) {
   }
 }
 
+/* The slot where addr's sample is, or goes, on its way into the cache
+ * before the lock is taken (a probe under it would wait for the miss: the
+ * program's memory traffic since the sample was taken has evicted it).
+ * Read without the lock: a table replaced meanwhile costs a wasted
+ * prefetch. */
+static void sample_prefetch(uintptr_t addr) {
+  const sample_shard *sh = shard_of(addr);
+  prof_sample *t = __atomic_load_n(&sh->table, __ATOMIC_RELAXED);
+  size_t cap = __atomic_load_n(&sh->cap, __ATOMIC_RELAXED);
+  if (t != NULL) __builtin_prefetch(&t[(size_t)(addr_hash(addr) >> 20) & (cap - 1)], 1);
+}
+
 static prof_sample *sample_find(sample_shard *sh, uintptr_t addr) {
   for (size_t i = sample_slot(sh, addr);; i = (i + 1) & (sh->cap - 1)) {
     if (sh->table[i].addr == addr) return &sh->table[i];
@@ -369,8 +381,8 @@ static bool grow(sample_shard *sh) {
   size_t old_cap = sh->cap, cap = old_cap * 2;
   prof_sample *t = hk_os_map_aligned(cap * sizeof *t, 4096), *old = sh->table;
   if (t == NULL) return false;
-  sh->table = t;
-  sh->cap = cap;
+  __atomic_store_n(&sh->table, t, __ATOMIC_RELAXED); /* (read without the lock: sample_prefetch) */
+  __atomic_store_n(&sh->cap, cap, __ATOMIC_RELAXED);
   for (size_t i = 0; i < old_cap; i++) {
     if (old[i].addr == 0) continue;
     size_t j = sample_slot(sh, old[i].addr);
@@ -427,6 +439,7 @@ static __attribute__((noinline)) uint32_t take_stack(uintptr_t *pc, bool *walked
 static void record_sample(uintptr_t addr, size_t size) {
   uintptr_t pc[STACK_MAX];
   bool walked;
+  sample_prefetch(addr); /* (the stack's walk meanwhile) */
   uint32_t index, n = take_stack(pc, &walked, &index);
   if (index == STACK_NONE) index = stack_find(pc, n);
   if (index == STACK_NONE) {
@@ -487,10 +500,12 @@ bool hk_profile_large(void *p, size_t size) {
 
 void hk_profile_forget(void *p) {
   sample_shard *sh = shard_of((uintptr_t)p);
+  sample_prefetch((uintptr_t)p);
+  uint64_t now = hk_os_now_ms(); /* (the prefetch meanwhile) */
   bool took = hk_spin_lock(&sh->lock);
   prof_sample *s = sample_find(sh, (uintptr_t)p);
   if (s != NULL) {
-    uint64_t life = hk_os_now_ms() - s->when;
+    uint64_t life = now - s->when;
     unsigned k = 0;
     while (k < LIFETIMES - 1 && life >= LIFETIME_MS[k]) k++;
     prof_stack *st = &stacks[s->stack];
