@@ -503,8 +503,9 @@ static uintptr_t canary_after(const hk_region *r) {
 static void canaries_mark(hk_region *r) {
   uintptr_t at[2] = {canary_before(r), canary_after(r)};
   for (int k = 0; k < 2; k++) {
+    if (at[k] == 0) continue;
     uint64_t c = canary_for(at[k]);
-    if (at[k] != 0) memcpy((void *)at[k], &c, sizeof c);
+    memcpy((void *)at[k], &c, sizeof c);
   }
 }
 /* The report for a broken canary of a live block, or NULL. */
@@ -523,7 +524,7 @@ static const char *canaries_broken(const hk_region *r) {
 
 static void place_guards(hk_region *r) {
   if (!hk_secure) return;
-  hk_os_guard((char *)r + r->user_offset - HK_GUARD, HK_GUARD);
+  hk_os_guard((char *)r + data_base(r) - HK_GUARD, HK_GUARD);
   hk_os_guard((char *)r + r->map_size - HK_GUARD, HK_GUARD);
   r->block_end = r->map_size - HK_GUARD;
 }
@@ -553,19 +554,21 @@ static bool move_tail_guard(hk_region *r, size_t end) {
 }
 
 /* Hardened mode, a cached mapping reused for a block that needs `need`
- * bytes from its data base (*off: where its data starts): where the last
+ * bytes from its data base (*off: the page its data starts in): where the
+ * block is not aligned beyond a cache line (colored), the last
  * block ended at the guard at block_end (its pages, likely still resident)
  * and the new one fits below it, the new one ends there too, unless its
  * data would then start past the header's 4 MiB unit (free finds the
  * header there: hk_region_of); else it starts at its base, on the pages
  * the last one started on, the guard at block_end lifted if it does not
  * fit below it. False if the guard could not be lifted. */
-static bool secure_place(hk_region *r, size_t need, size_t *off) {
-  size_t base = data_base(r), data = need - HK_GUARD - base; /* the data's pages */
-  bool last_at_guard = round_page(r->user_offset + r->user_size) == r->block_end; /* (the last block's fields) */
+static bool secure_place(hk_region *r, size_t need, bool colored, size_t *off) {
+  size_t base = data_base(r), data = need - HK_GUARD - base; /* the data's pages, its colour's room among them */
+  /* (the last block's fields: its end in its last page, or its colour's) */
+  bool last_at_guard = r->block_end - (r->user_offset + r->user_size) < 2 * HK_OS_PAGE;
   *off = base;
   if (r->block_end - base < data) return move_tail_guard(r, r->map_size - HK_GUARD);
-  if (r->large_floating && last_at_guard && r->block_end - data < HK_REGION_SIZE) *off = r->block_end - data;
+  if (colored && r->large_floating && last_at_guard && r->block_end - data < HK_REGION_SIZE) *off = r->block_end - data;
   return true;
 }
 
@@ -759,10 +762,10 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size, 
  * large blocks would miss the L2 on every write: blocks aligned to at most
  * 64 bytes start at one of 64 cache-line offsets into the page after the
  * guard. Aligned blocks start at their alignment, or at LARGE_HEAD (a
- * multiple of every smaller one). Hardened mode keeps the data on a page
- * boundary. */
+ * multiple of every smaller one). So does hardened mode, whose canary
+ * before the data covers the colour's bytes. */
 static size_t data_offset(size_t align) {
-  if (align > 64 || hk_secure) return align > LARGE_HEAD ? align : LARGE_HEAD;
+  if (align > 64) return align > LARGE_HEAD ? align : LARGE_HEAD;
   return LARGE_HEAD + hk_color_offset();
 }
 
@@ -784,8 +787,9 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   bool tight = hk_load_relaxed(&hk_space_tight), guarded = !tight && !hk_secure;
   size_t off = guarded || hk_secure ? data_offset(align) : align > LARGE_META ? align : LARGE_META;
   /* the mapping's size does not depend on the colour: a cached one fits any */
-  bool colored = align <= 64 && !hk_secure && !tight;
+  bool colored = align <= 64 && (guarded || hk_secure);
   size_t span = colored ? LARGE_HEAD + HK_OS_PAGE - 64 : off; /* the largest coloured offset */
+  size_t base = colored ? LARGE_HEAD : off; /* (hardened mode: the data's first page) */
   size_t need = round_page(span + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
   bool detach = align >= HK_REGION_SIZE;
   /* the mapping's size: rounded to its cache bin (not under a limit), so
@@ -793,15 +797,23 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
    * guards the page right after the block (move_tail_guard) */
   size_t want = tight || detach ? need : bin_round(need);
   bool listed = false; /* (then its block_end is set: the purger may read it) */
-  hk_region *r = detach ? NULL : cache_take(need, want, off, size, &listed);
+  hk_region *r = detach ? NULL : cache_take(need, want, base, size, &listed);
   /* a reused mapping keeps its colour: a program that reuses the block
-   * writes the same lines, which may still be cached */
+   * writes the same lines, which may still be cached (hardened mode: the
+   * colour in the page its data starts in) */
+  size_t color = off - base;
   if (r != NULL && colored && r->user_offset >= LARGE_HEAD && r->user_offset <= span) off = r->user_offset;
+  if (r != NULL && colored && hk_secure) color = r->user_offset & (HK_OS_PAGE - 1);
   if (r != NULL) set_head_guard(r, guarded);
-  if (r != NULL && hk_secure && !secure_place(r, need, &off)) { /* (mapped afresh instead) */
-    hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size);
-    unmap_large(r);
-    r = NULL;
+  if (r != NULL && hk_secure) {
+    size_t start;
+    if (secure_place(r, need, colored, &start)) {
+      off = start + color;
+    } else { /* (mapped afresh instead) */
+      hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size);
+      unmap_large(r);
+      r = NULL;
+    }
   }
   if (r == NULL) {
     r = map_large(want, detach ? align : HK_REGION_SIZE);
@@ -810,7 +822,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
       return NULL;
     }
     r->user_offset = off;
-    r->large_floating = hk_secure && off == LARGE_HEAD;
+    r->large_floating = hk_secure && base == LARGE_HEAD;
     place_guards(r); /* once per mapping: a cached one keeps them */
     if (hk_secure) move_tail_guard(r, need - HK_GUARD); /* (nothing to lift: cannot fail) */
     set_head_guard(r, guarded);

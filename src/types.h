@@ -238,9 +238,10 @@ typedef struct hk_region {
                                     4 MiB unit; found through a list, not the bitmap */
       uint8_t large_sampled;     /* live, and sampled by the heap profiler (profile.c) */
       uint8_t large_tail;        /* live, on the list of tails (large.c), through next/prev */
-      uint8_t large_floating;    /* hardened mode: the data's first possible page is the one
-                                    after the header's guard, and a reused mapping's data ends
-                                    at the guard at block_end, wherever that puts its start (large.c) */
+      uint8_t large_floating;    /* hardened mode: the data's base is the page after the
+                                    header's guard (blocks aligned to at most LARGE_HEAD), and
+                                    the data may start further in: at its colour, and, in a
+                                    reused mapping, where it ends at the guard at block_end (large.c) */
       union {
         size_t cached_resident;  /* in the cache: data bytes still committed (0 once purged) */
         uint64_t tail_since_ms;  /* live, on the list of tails: since when */

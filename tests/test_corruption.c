@@ -433,7 +433,9 @@ static const scenario scenarios[] = {
     /* (the bytes before a large block are its colour padding, in the
      * default mode: a write there reaches nothing, the header lies beyond a
      * guard page; with a colour of 0 the write faults) */
-    {"64 bytes before an 8 MiB block overwritten, then freed", large_underflow, {R | W, W, W}, {N, 0, 0}},
+    /* (hardened mode: the canary before the block, in its colour's bytes,
+     * or the guard page where the colour is 0) */
+    {"64 bytes before an 8 MiB block overwritten, then freed", large_underflow, {R | W, R | W, R | W}, {N, 0, 0}},
     {"64 bytes before an 8 MiB block in a reused 9 MiB mapping overwritten, then freed", large_reused_underflow,
      {R | W, R | W, R | W}, {N, 0, 0}},
     /* (the default mode's large blocks have no guard page after them) */

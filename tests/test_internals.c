@@ -398,6 +398,26 @@ static void test_large_cache_resident(void) {
   API(malloc_trim)(0); /* leave no cached mapping to the tests after this one */
 }
 
+/* A large block aligned beyond a cache line, from a cached mapping that
+ * held a larger block: as aligned as asked (hardened mode places a reused
+ * mapping's other blocks at a colour, or against the guard after them),
+ * and whole. */
+static void test_large_aligned_reuse(void) {
+  static const size_t aligns[] = {128, 4096, 8192, 65536};
+  for (unsigned i = 0; i < sizeof aligns / sizeof aligns[0]; i++) {
+    void *big = API(malloc)(9 * MiB + 4096); /* (its end an odd number of pages into its mapping) */
+    CHECK(big != NULL, "malloc(9 MiB + 4 KiB) failed");
+    memset(big, 1, 9 * MiB + 4096);
+    API(free)(big);
+    char *p = (char *)API(aligned_alloc)(aligns[i], 8 * MiB);
+    CHECK(p != NULL, "aligned_alloc(%zu, 8 MiB) failed", aligns[i]);
+    CHECK((uintptr_t)p % aligns[i] == 0, "aligned_alloc(%zu, 8 MiB) = %p in a reused mapping", aligns[i], (void *)p);
+    memset(p, 2, 8 * MiB);
+    API(free)(p);
+  }
+  API(malloc_trim)(0);
+}
+
 /* Large blocks freed into the cache and purged there (more than the cache
  * keeps resident, older than its grace period) read as zeros when calloc
  * takes them back: all of them, including the part of the header's page
@@ -861,6 +881,7 @@ int main(void) {
   RUN(test_trim_inside_spans);
   RUN(test_large_cache_resident);
   RUN(test_large_cache_purged_calloc);
+  RUN(test_large_aligned_reuse);
   RUN(test_calloc_untouched);
 #ifndef HAK_API_PREFIX
   RUN(test_mallinfo2);

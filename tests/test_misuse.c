@@ -319,19 +319,27 @@ static void write_after_free(void) {
   for (int i = 0; i < 1024 && API(malloc)(64) != p; i++) {
   }
 }
-/* a write just past a large block lands on its guard page */
-static void overflow_large_guard(void) {
+/* a write just past a large block: on its canary (the block starts at a
+ * cache-line offset into its first page, so its end is as far from the
+ * guard page after it), reported by free */
+static void overflow_large_canary(void) {
   size_t n = 4 * MiB;
   char *p = (char *)API(malloc)(n);
   CHECK(p != NULL, "malloc failed");
   p[hkt_opaque(n)] = 1;
   API(free)(p);
 }
+/* a write running on past a large block lands on its guard page */
+static void overflow_large_guard(void) {
+  size_t n = 4 * MiB;
+  char *p = (char *)API(malloc)(n);
+  CHECK(p != NULL, "malloc failed");
+  for (volatile char *q = hkt_opaque_ptr(p + n); q < p + n + 8192; q++) *q = 0x41;
+  API(free)(p);
+}
 /* the same in a cached 8 MiB mapping reused for the 4 MiB block (which
- * starts right after the guard before it, as ending at the guard after it
- * would start it past its header's 4 MiB unit: the canary after it reports
- * the write at free), then after realloc grew the block in it, and moved
- * it to 24 MiB (the guard follows the mapping's end) */
+ * starts in the page after the guard before it, as ending at the guard
+ * after it would start it past its header's 4 MiB unit) */
 static void overflow_large_reused(void) {
   char *big = (char *)API(malloc)(8 * MiB);
   CHECK(big != NULL, "malloc failed");
@@ -343,6 +351,9 @@ static void overflow_large_reused(void) {
   p[hkt_opaque(n)] = 1;
   API(free)(p);
 }
+/* a write running on past a block that realloc grew in a cached 8 MiB
+ * mapping to 6 MiB, then moved to 24 MiB: the guard follows the mapping's
+ * end */
 static void overflow_large_realloc(void) {
   char *p = (char *)API(malloc)(8 * MiB);
   CHECK(p != NULL, "malloc failed");
@@ -497,8 +508,9 @@ static const mcase cases[] = {
     {"1-byte overflow of a 200-byte block", overflow_1_byte, 1, SIGABRT, "heap buffer overflow"},
     {"write 7 bytes past a 200-byte block", overflow_far, 1, SIGABRT, "heap buffer overflow"},
     {"write after free, then malloc", write_after_free, 2, SIGABRT, "write after free"},
-    {"write past the end of a 4 MiB block", overflow_large_guard, 1, SIGSEGV, NULL},
+    {"write just past the end of a 4 MiB block", overflow_large_canary, 1, SIGABRT, "heap buffer overflow detected"},
     {"the same, the block in a cached 8 MiB mapping", overflow_large_reused, 1, SIGABRT, "heap buffer overflow detected"},
+    {"a write running on past the end of a 4 MiB block", overflow_large_guard, 1, SIGSEGV, NULL},
     {"the same after realloc grew it to 6, then 24 MiB", overflow_large_realloc, 1, SIGSEGV, NULL},
     {"8 KiB written below the first block of a region", underflow_region_start, 0, SIGSEGV, NULL},
     {"a write running down from a 4 MiB block toward its header", underflow_large, 0, SIGSEGV, NULL},
