@@ -300,7 +300,7 @@ HK_INLINE unsigned hk_color_slabs(unsigned cls, unsigned nslabs) {
 }
 /* Such a page's block starts at a colour offset (with or without a slab for it) */
 HK_INLINE bool hk_colored_page(unsigned cls, unsigned nslabs) {
-  return hk_class_colored[cls] && nslabs == hk_class_slabs[cls] && !hk_secure;
+  return hk_class_colored[cls] && nslabs == hk_class_slabs[cls];
 }
 /* A page of one block that fills its span (but a colour slab): realloc
  * resizes it in place (queue.c, hk_heap_resize_span_block). */

@@ -40,10 +40,9 @@ void hk_page_init(hk_page *page, unsigned cls) {
   page->start = hk_page_span_start(page);
   page->block_size = bs;
   page->reserved = span / bs;
-  /* Aligned allocation avoids coloured classes (alloc.c). Hardened mode
-   * keeps blocks on the span's start. A span that served this class
-   * keeps its colour: a program that reuses the block writes the same
-   * lines, which may still be cached. */
+  /* Aligned allocation avoids coloured classes (alloc.c). A span that
+   * served this class keeps its colour: a program that reuses the block
+   * writes the same lines, which may still be cached. */
   if (hk_colored_page(cls, page->nslabs)) {
     page->reserved = 1;
     page->start += same_class && old_color < HK_COLORS * 64 ? old_color : hk_color_offset();

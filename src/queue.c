@@ -335,8 +335,11 @@ static HK_NOINLINE void stash_unlink_above(hk_heap *h, unsigned cls, hk_block *b
 HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
   uint32_t bs = page->block_size;
   /* (the current page stays current instead, held, and serves the fast
-   * path: page_emptied; hardened mode's malloc does not look here) */
-  if (hk_secure || h->moving) return false;
+   * path: page_emptied. Hardened mode stashes only blocks of one-block
+   * pages, which its quarantine does not take: its malloc finds them in
+   * the slow path, hk_heap_alloc, which marks them live; zero mode none,
+   * as a stashed block's links would sit in the bytes it checks) */
+  if (h->moving || (hk_secure && (page->reserved != 1 || hk_secure_zero))) return false;
   if (hk_stash_medium(page)) {
     if (!hk_page_parked(page) || page == h->stash_parked) return false;
     if (!held_fits(h, bs)) {
@@ -635,7 +638,10 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
 void *hk_heap_alloc(hk_heap *h, size_t size, unsigned cls) {
   if (h->stash_bytes != 0) {
     hk_block *b = stash_take(h, cls);
-    if (b != NULL) return b;
+    if (b != NULL) {
+      if (hk_secure) hk_secure_on_alloc(hk_block_page(b), b, size);
+      return b;
+    }
   }
   hk_page *page = h->queues[cls].first;
   if (page == NULL || hk_list_end(page->free)) page = find_page(h, cls);

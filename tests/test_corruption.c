@@ -443,10 +443,12 @@ static const scenario scenarios[] = {
      {R | W, R | W, R | W}, {N, 0, 0}},
     {"16-byte overflow from a live block into the next, free block, then malloc", overflow_into_free, {R, R, R},
      {0, 0, 0}},
-    /* (hardened mode holds neither: the block waits on its page's list,
-     * whose link is its first word, and its second word is the program's) */
+    /* (hardened mode's stash holds blocks of one-block pages, as the
+     * default mode's; zero mode's none: the block waits on its page's
+     * list, whose link is its first word, and its second word is the
+     * program's) */
     {"a freed 1 MiB block held by its thread, its second word overwritten, then mallocs", stash_uaf_write,
-     {R, N, N}, {0, 0, 0}},
+     {R, R, N}, {0, 0, 0}},
     /* (zero mode finds the write in the freed block it hands out again) */
     {"a 1 KiB block freed into a full page, its second word overwritten, then mallocs", stash_parked_uaf_write,
      {R, N, R}, {0, 0, 0}},
