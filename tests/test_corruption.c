@@ -241,42 +241,32 @@ static void racing_double_free(void) {
   }
 }
 
-/* the 64 bytes before a large (8 MiB) block overwritten, then freed */
-static void large_underflow(void) {
-  char *p = (char *)take(8 * MiB);
+/* 64 bytes at `at` from the start of an n-byte large block overwritten,
+ * then the block freed and another taken; `cached`: the size of a block
+ * freed first, whose mapping the n-byte block then reuses (0: none) */
+static void large_write(size_t cached, size_t n, ptrdiff_t at) {
+  if (cached != 0) give(take(cached));
+  char *p = (char *)take(n);
   phase = PHASE_WRITE;
-  memset(hkt_opaque_ptr(p - 64), 0x41, 64);
+  memset(hkt_opaque_ptr(p + at), 0x41, 64);
   phase = PHASE_SETUP;
   give(p);
-  take(8 * MiB);
+  take(n);
 }
+
+/* the 64 bytes before a large (8 MiB) block overwritten, then freed */
+static void large_underflow(void) { large_write(0, 8 * MiB, -64); }
 
 /* the same in a reused mapping: a 9 MiB block freed, its mapping cached,
  * then an 8 MiB block (hardened mode puts its data against the guard page
  * after it, leaving a megabyte unused before it: a canary there) */
-static void large_reused_underflow(void) {
-  give(take(9 * MiB));
-  char *p = (char *)take(8 * MiB);
-  phase = PHASE_WRITE;
-  memset(hkt_opaque_ptr(p - 64), 0x41, 64);
-  phase = PHASE_SETUP;
-  give(p);
-  take(8 * MiB);
-}
+static void large_reused_underflow(void) { large_write(9 * MiB, 8 * MiB, -64); }
 
 /* the 64 bytes after an 18 MiB block in a reused 22 MiB block's mapping
  * overwritten, then freed (the data would start past the header's 4 MiB
- * unit if it ended at the guard: hardened mode starts it at the guard
- * before it, a canary after it) */
-static void large_reused_overflow(void) {
-  give(take(22 * MiB));
-  char *p = (char *)take(18 * MiB);
-  phase = PHASE_WRITE;
-  memset(hkt_opaque_ptr(p + 18 * MiB), 0x41, 64);
-  phase = PHASE_SETUP;
-  give(p);
-  take(18 * MiB);
-}
+ * unit if it ended at the guard: hardened mode starts it in the page after
+ * the guard before it, a canary after it) */
+static void large_reused_overflow(void) { large_write(22 * MiB, 18 * MiB, (ptrdiff_t)(18 * MiB)); }
 
 /* a 16-byte overflow from a live small block into the next, free block, then malloc */
 static void overflow_into_free(void) {

@@ -18,8 +18,8 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
-enum { SMALL = 200000, LARGE = 8 };
-static void *small[SMALL], *large[LARGE], *cross[SMALL / 4];
+enum { SMALL = 200000, LARGE = 8, ALT = 40000 };
+static void *small[SMALL], *large[LARGE], *cross[SMALL / 4], *alt[2 * ALT];
 
 __attribute__((noinline)) void profile_keep_small(void) {
   for (int i = 0; i < SMALL; i++) {
@@ -43,6 +43,27 @@ __attribute__((noinline)) void profile_churn(size_t bytes) {
   }
 }
 
+/* Two sites called in turn from one loop, at the same depth: a sample's
+ * stack must not be taken for the one before it (profile.c keeps a
+ * thread's last walk). */
+__attribute__((noinline)) void *profile_keep_alt_a(void) {
+  void *p = malloc(64);
+  __asm__ volatile("" : : "r"(p) : "memory"); /* (no tail call: a frame of its own) */
+  return p;
+}
+__attribute__((noinline)) void *profile_keep_alt_b(void) {
+  void *p = malloc(192);
+  __asm__ volatile("" : : "r"(p) : "memory");
+  return p;
+}
+__attribute__((noinline)) void profile_keep_alt(void) {
+  for (int i = 0; i < ALT; i++) {
+    alt[2 * i] = profile_keep_alt_a();
+    alt[2 * i + 1] = profile_keep_alt_b();
+    CHECK(alt[2 * i] != NULL && alt[2 * i + 1] != NULL, "malloc");
+  }
+}
+
 __attribute__((noinline)) void *profile_keep_cross(void *arg) {
   for (int i = 0; i < SMALL / 4; i++) cross[i] = calloc(1, 256);
   return arg;
@@ -51,6 +72,7 @@ __attribute__((noinline)) void *profile_keep_cross(void *arg) {
 static size_t workload(void) {
   profile_keep_small();
   profile_keep_large();
+  profile_keep_alt();
   pthread_t t;
   CHECK(pthread_create(&t, NULL, profile_keep_cross, NULL) == 0 && pthread_join(t, NULL) == 0, "thread");
   profile_churn((size_t)100 << 20);
@@ -58,7 +80,8 @@ static size_t workload(void) {
   for (int i = 0; i < SMALL; i += 2) free(small[i]);
   for (int i = 0; i < SMALL / 4; i += 2) free(cross[i]);
   free(large[0]);
-  return (size_t)(SMALL / 2) * 100 + (size_t)(LARGE - 1) * (3u << 20) + (size_t)(SMALL / 8) * 256;
+  return (size_t)(SMALL / 2) * 100 + (size_t)(LARGE - 1) * (3u << 20) + (size_t)(SMALL / 8) * 256 +
+         (size_t)ALT * (64 + 192);
 }
 
 __attribute__((noinline)) void *profile_short_thread(void *arg) {
