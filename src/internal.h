@@ -203,7 +203,6 @@ int hk_page_reclaimed(hk_page *page);
 void hk_secure_on_alloc(hk_page *page, hk_block *b, size_t size);
 void hk_secure_clear_span(const hk_page *page);
 void hk_secure_assert_clear(const hk_page *page); /* (debug build) */
-hk_block *hk_secure_collect(hk_page *page, hk_block *list, uint32_t count);
 void hk_secure_set_size(hk_page *page, hk_block *b, size_t size);
 void hk_secure_shuffle_extend(hk_page *page, uint32_t n);
 

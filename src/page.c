@@ -26,8 +26,6 @@ size_t hk_color_offset(void) {
 int hk_page_reclaimed(hk_page *page) {
   if (hk_page_state(page) != HK_PAGE_RECLAIMED) return HK_PAGE_KEPT;
   if (hk_load_acquire(&page->reclaiming)) return HK_PAGE_BUSY;
-  /* (the blocks its last freers left on its stack are still marked) */
-  if (hk_secure) hk_secure_clear_span(page);
   hk_page_init(page, page->cls);
   return HK_PAGE_WAS_RECLAIMED;
 }
@@ -129,9 +127,7 @@ uint32_t hk_page_collect(hk_page *page, unsigned new_state) {
   uint32_t count = (uint32_t)(old >> HK_REMOTE_COUNT_SHIFT);
   if (list == NULL) return 0;
   if (HK_UNLIKELY(count > hk_page_used(page) || count == 0)) hk_fatal("free list corrupted (double free or heap overflow)", list);
-  if (hk_secure) {
-    hk_link_set(hk_secure_collect(page, list, count), page->free, key);
-  } else if (!hk_list_end(page->free)) {
+  if (!hk_list_end(page->free)) {
     /* append the owner's list after the stack's last block (each link
      * checked before it is followed: the stack ends after `count` blocks) */
     hk_block *tail = list;

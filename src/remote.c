@@ -325,7 +325,7 @@ HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_b
  * hk_secure_mix). */
 static uintptr_t quarantine_tag(uintptr_t mix) { return ~mix; }
 
-/* Keep b, another heap's block (freed, checked, its remote bit set), in
+/* Keep b, another heap's block (freed, checked, its remote bit flipped), in
  * h's cache, or push it back to its page when the class keeps none or its
  * owner would not take blocks from caches (see free_remote_other). */
 static void secure_keep(hk_heap *h, hk_page *page, hk_block *b) {
@@ -343,9 +343,9 @@ static void secure_keep(hk_heap *h, hk_page *page, hk_block *b) {
 
 /* Hardened malloc's block from the cache of class cls: b, its first block.
  * It must be a carved block of a page of the class, with its tag intact
- * and its bits saying "live, freed by another thread"; its remote bit is
- * cleared (atomically: other threads set and the owner clears the word's
- * other bits) and it is handed out again, still live to its page. */
+ * and its bits saying "free"; its remote bit is flipped back (atomically:
+ * other threads flip the word's other bits) and it is handed out again,
+ * live to its page as before this thread freed it. */
 void *hk_secure_cache_pop(hk_heap *h, unsigned cls, hk_block *b, size_t size) {
   /* (as free's fast path finds a page: every slab of the arena has one) */
   uintptr_t slab = hk_arena_slab((uintptr_t)b);
@@ -364,11 +364,12 @@ void *hk_secure_cache_pop(hk_heap *h, unsigned cls, hk_block *b, size_t size) {
   h->cache_first[cls] = hk_cache_next(h, b);
   h->cache_room[cls]++;
   h->cache_bytes -= hk_class_size[cls];
-  /* (relaxed: this thread set the remote bit, and only the owner clears
-   * the live bit, of a block on its remote stack, which this one is not) */
+  /* (relaxed: this thread flipped the remote bit as it freed the block,
+   * and its owner flips the live bit only of blocks on its lists, which
+   * this one is not) */
   hk_block_bit m = hk_block_bit_of(page, b);
-  uint64_t before = atomic_fetch_and_explicit(m.remote, ~m.bit, memory_order_relaxed);
-  if (HK_UNLIKELY((before & hk_load_relaxed(m.live) & m.bit) == 0))
+  uint64_t before = atomic_fetch_xor_explicit(m.remote, m.bit, memory_order_relaxed);
+  if (HK_UNLIKELY(((before ^ hk_load_relaxed(m.live)) & m.bit) != 0))
     hk_fatal("free list corrupted (a cached block is not a freed one: a double free, or a write after free)", b);
   b->link = 0;
   (&b->link)[1] = 0;
@@ -388,8 +389,8 @@ static void quarantine_out(hk_heap *h, hk_block *b, uintptr_t page, uintptr_t ta
   else if (hk_page_push(pg, b, pg->key)) hk_heap_page_emptied(h, pg);
 }
 
-/* A block the thread freed (checked, and no longer free to take in the
- * block map) waits in its heap's quarantine, in a random one of its
+/* A block the thread freed (checked, and free in the block map) waits in
+ * its heap's quarantine, in a random one of its
  * HK_QUARANTINE slots, and the block it displaces leaves (quarantine_out):
  * a freed block is not the next one handed out, and when it comes back is
  * random. A double free of a waiting block is found in the block map as
@@ -397,9 +398,8 @@ static void quarantine_out(hk_heap *h, hk_block *b, uintptr_t page, uintptr_t ta
  * keeps the tag written there). Blocks above HK_QUARANTINE_BLOCK_MAX skip
  * it: the quarantine holds the blocks, and keeps their pages from
  * emptying. `remote` (1) marks another heap's block: its page may be this
- * thread's by the time it leaves (adopted from an exited owner), and its
- * remote bit must still be cleared by the owner's collection or the
- * cache's reuse. */
+ * thread's by the time it leaves (adopted from an exited owner), and it
+ * goes where another heap's block goes (secure_keep). */
 _Static_assert(HK_QUARANTINE == 32, "the slot is the generator's top 5 bits");
 HK_INLINE void quarantine(hk_heap *h, hk_page *page, hk_block *b, uintptr_t mix, uintptr_t remote) {
   uintptr_t tag = quarantine_tag(mix);

@@ -31,11 +31,8 @@ void hk_secure_on_alloc(hk_page *page, hk_block *b, size_t size) {
   hk_secure_mark(page, b, size);
 }
 
-/* A page's span goes back to being unused with every bit of its blocks
- * clear: its blocks all came back through free or hk_secure_collect, which
- * clear them. The one exception is a page given back by the thread that
- * freed its last block (remote.c, try_reclaim), whose remote stack was
- * never collected: its owner clears it here before it sets it up again. */
+/* Every bit of the page's span cleared: the pages of a destroyed heap,
+ * whose blocks may still be live, go back to being unused (secure.h). */
 void hk_secure_clear_span(const hk_page *page) {
   size_t first = (hk_page_span_start(page) & HK_REGION_MASK) >> 10, words = hk_page_span_bytes(page) >> 10;
   _Atomic uint64_t *map = hk_page_region(page)->block_map;
@@ -50,32 +47,9 @@ void hk_secure_assert_clear(const hk_page *page) {
   size_t first = (hk_page_span_start(page) & HK_REGION_MASK) >> 10, words = hk_page_span_bytes(page) >> 10;
   _Atomic uint64_t *map = hk_page_region(page)->block_map;
   for (size_t i = first; i < first + words; i++)
-    hk_assert(hk_load_relaxed(&map[2 * i]) == 0 && hk_load_relaxed(&map[2 * i + 1]) == 0);
+    hk_assert(hk_load_relaxed(&map[2 * i]) == hk_load_relaxed(&map[2 * i + 1]));
 }
 #endif
-
-/* The owner took the page's remote stack, `list`, of `count` blocks: each
- * link must lead to a carved block of the page that another thread freed
- * once, and the stack must end after `count` blocks. They are free blocks
- * of the owner's from now on. Returns the stack's last block. */
-hk_block *hk_secure_collect(hk_page *page, hk_block *list, uint32_t count) {
-  hk_block *b = list, *last = list;
-  for (uint32_t i = 0; i < count; i++) {
-    if (HK_UNLIKELY(!hk_list_head_ok(page, b)))
-      hk_fatal("free list corrupted (a block freed by another thread was written: a use after free, or an overflow)", b);
-    hk_block_bit m = hk_block_bit_of(page, b);
-    uint64_t live = hk_load_relaxed(m.live);
-    if (HK_UNLIKELY((live & hk_load_relaxed(m.remote) & m.bit) == 0))
-      hk_fatal("free list corrupted (a block freed by another thread is not in use: a double free)", b);
-    hk_store_relaxed(m.live, live & ~m.bit);
-    atomic_fetch_and_explicit(m.remote, ~m.bit, memory_order_relaxed);
-    last = b;
-    b = hk_link_next(b, page->key);
-  }
-  if (HK_UNLIKELY(!hk_list_end(b)))
-    hk_fatal("free list corrupted (a block freed by another thread was written: a use after free, or an overflow)", last);
-  return last;
-}
 
 void hk_secure_set_size(hk_page *page, hk_block *b, size_t size) { hk_secure_mark(page, b, size); }
 

@@ -88,18 +88,22 @@ HK_INLINE uintptr_t hk_secure_check(const hk_page *page, const hk_block *b) {
  * Two bitmaps per small region, mapped apart from it (region.c), with a
  * bit per 16 bytes: a block's bit is that of its first 16 bytes. Their
  * words alternate (live, remote, live, ...), so that malloc's and free's
- * test of both reads one cache line. What a
- * program writes through a pointer into the region never reaches them, so
- * a double free is found whatever was written into the freed block.
- *   live:    set while the block is handed out. Written by the page's owner
- *            only (malloc sets, free and the collection of remote frees
- *            clear), plainly; read by any thread.
- *   remote:  set by another thread's free until the owner collects the
- *            block (hk_secure_collect), with an atomic OR, so that of two
- *            threads freeing one block at once, one sees the other's bit.
- * A span's bits are all clear whenever no page uses it (see
- * hk_secure_clear_span), so a page set up there, whatever its class,
- * starts with none of its blocks live or freed. */
+ * test of both reads one cache line. What a program writes through a
+ * pointer into the region never reaches them, so a double free is found
+ * whatever was written into the freed block.
+ *   live:    flipped by the page's owner as it hands a block out and as it
+ *            frees it, plainly; read by any thread.
+ *   remote:  flipped by another thread as it frees a block (and as it
+ *            takes one it freed back from its cache: hk_secure_cache_pop),
+ *            with an atomic XOR, so that of two threads freeing one block
+ *            at once, one sees the other's flip.
+ * A block is live while its two bits differ, free while they are equal: a
+ * free by another thread makes a block free at once, and its owner takes
+ * it back from the remote stack without touching its bits (page.c,
+ * hk_page_collect). Every bit of a span no page uses has its two bits
+ * equal (its blocks were all freed; hk_secure_clear_span for the pages of
+ * a destroyed heap), so a page set up there, whatever its class, starts
+ * with none of its blocks live. */
 typedef struct hk_block_bit {
   _Atomic uint64_t *live, *remote; /* the block's words in the two maps */
   uint64_t bit;
@@ -115,36 +119,33 @@ HK_INLINE hk_block_bit hk_block_bit_of(const hk_page *page, const hk_block *b) {
 /* Handed out and not freed since (by its owner or by another thread). */
 HK_INLINE bool hk_secure_live(const hk_page *page, const hk_block *b) {
   hk_block_bit m = hk_block_bit_of(page, b);
-  return (hk_load_relaxed(m.live) & ~hk_load_relaxed(m.remote) & m.bit) != 0;
+  return ((hk_load_relaxed(m.live) ^ hk_load_relaxed(m.remote)) & m.bit) != 0;
 }
 
-/* The owner hands b out: it must be neither live nor freed by another
- * thread (else a list led to it wrongly: a link was overwritten, or the
- * block was freed twice). */
+/* The owner hands b out: it must be free (else a list led to it wrongly:
+ * a link was overwritten, or the block was freed twice). */
 HK_INLINE void hk_secure_take(const hk_page *page, const hk_block *b) {
   hk_block_bit m = hk_block_bit_of(page, b);
   uint64_t live = hk_load_relaxed(m.live);
-  if (HK_UNLIKELY(((live | hk_load_relaxed(m.remote)) & m.bit) != 0))
+  if (HK_UNLIKELY(((live ^ hk_load_relaxed(m.remote)) & m.bit) != 0))
     hk_fatal("free list corrupted (it leads to a block in use: a double free, or a write after free)", b);
-  hk_store_relaxed(m.live, live | m.bit);
+  hk_store_relaxed(m.live, live ^ m.bit);
 }
 
-/* The owner frees b: it must be live and not freed by another thread. */
+/* The owner frees b: it must be live. */
 HK_INLINE void hk_secure_give(const hk_page *page, const hk_block *b) {
   hk_block_bit m = hk_block_bit_of(page, b);
   uint64_t live = hk_load_relaxed(m.live);
-  if (HK_UNLIKELY((live & m.bit) == 0)) hk_fatal("double free detected", b);
-  if (HK_UNLIKELY((hk_load_relaxed(m.remote) & m.bit) != 0))
-    hk_fatal("double free detected (block freed by another thread too)", b);
-  hk_store_relaxed(m.live, live & ~m.bit);
+  if (HK_UNLIKELY(((live ^ hk_load_relaxed(m.remote)) & m.bit) == 0)) hk_fatal("double free detected", b);
+  hk_store_relaxed(m.live, live ^ m.bit);
 }
 
 /* Another thread frees b (any thread but the owner: the page may have
  * none). */
 HK_INLINE void hk_secure_give_remote(const hk_page *page, const hk_block *b) {
   hk_block_bit m = hk_block_bit_of(page, b);
-  uint64_t before = atomic_fetch_or_explicit(m.remote, m.bit, memory_order_acq_rel);
-  if (HK_UNLIKELY((before & m.bit) != 0 || (hk_load_acquire(m.live) & m.bit) == 0))
+  uint64_t before = atomic_fetch_xor_explicit(m.remote, m.bit, memory_order_acq_rel);
+  if (HK_UNLIKELY(((before ^ hk_load_acquire(m.live)) & m.bit) == 0))
     hk_fatal("double free detected (block freed again by another thread)", b);
 }
 

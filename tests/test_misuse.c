@@ -465,6 +465,38 @@ static void double_free_reclaimed(void) {
   API(free)(hkt_opaque_ptr(reclaim_blocks[RECLAIM_N / 2])); /* past the first page, which may hold older blocks */
 }
 
+/* Blocks another thread freed and gave back to their owner's page (its
+ * malloc_trim empties its quarantine and cache), which the owner takes
+ * back with its own malloc_trim: a second free of one of them, from the
+ * owner or from another thread. Every other block stays live, so that no
+ * page empties and goes back. */
+enum { TAKEN_N = 256 };
+static void *taken_blocks[TAKEN_N];
+static void *free_taken_and_trim(void *arg) {
+  (void)arg;
+  void *mine = API(malloc)(16); /* (a heap of its own, with a quarantine and a cache) */
+  CHECK(mine != NULL, "malloc failed");
+  for (int i = 0; i < TAKEN_N; i += 2) API(free)(taken_blocks[i]);
+  API(malloc_trim)(0);
+  API(free)(mine);
+  return NULL;
+}
+static void *taken_back_setup(void) {
+  for (int i = 0; i < TAKEN_N; i++) CHECK((taken_blocks[i] = API(malloc)(48)) != NULL, "malloc failed");
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, free_taken_and_trim, NULL) == 0, "pthread_create failed");
+  pthread_join(t, NULL);
+  API(malloc_trim)(0); /* (the remote stacks taken back) */
+  return taken_blocks[TAKEN_N / 2];
+}
+static void double_free_taken_back_owner(void) { API(free)(hkt_opaque_ptr(taken_back_setup())); }
+static void double_free_taken_back_other(void) {
+  void *p = taken_back_setup();
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, thread_free, hkt_opaque_ptr(p)) == 0, "pthread_create failed");
+  pthread_join(t, NULL);
+}
+
 /* level: the HAKMEM_SECURE level from which the case is detected (0: every
  * mode); below it the misuse goes unseen, as docs/SAFETY.md says, and the
  * child must simply exit (a guard-page case is skipped: without the guard
@@ -523,6 +555,9 @@ static const mcase cases[] = {
     {"double free by a third thread of a block a live thread freed", double_free_kept_then_third, 0, SIGABRT, NULL},
     {"double free, both by the same other thread", double_free_same_other_thread, 0, SIGABRT, NULL},
     {"double free into a page its owner left and another thread emptied", double_free_reclaimed, 0, SIGABRT, NULL},
+    {"double free by the owner of a block another thread freed and the owner took back", double_free_taken_back_owner, 0,
+     SIGABRT, "double free"},
+    {"the same, the second free by another thread", double_free_taken_back_other, 0, SIGABRT, "double free"},
 };
 
 static int run_case(const mcase *c) {
