@@ -368,8 +368,8 @@ void *hk_secure_cache_pop(hk_heap *h, unsigned cls, hk_block *b, size_t size) {
    * and its owner flips the live bit only of blocks on its lists, which
    * this one is not) */
   hk_block_bit m = hk_block_bit_of(page, b);
-  uint64_t before = atomic_fetch_xor_explicit(m.remote, m.bit, memory_order_relaxed);
-  if (HK_UNLIKELY(((before ^ hk_load_relaxed(m.live)) & m.bit) != 0))
+  bool remote = hk_flip_bit(m.remote, m.bit, memory_order_relaxed);
+  if (HK_UNLIKELY(remote != ((hk_load_relaxed(m.live) & m.bit) != 0)))
     hk_fatal("free list corrupted (a cached block is not a freed one: a double free, or a write after free)", b);
   b->link = 0;
   (&b->link)[1] = 0;
