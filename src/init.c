@@ -36,6 +36,7 @@ void hk_init(void) {
   hk_limits_init();
   hk_secure = hk_opt.secure >= 1;
   hk_secure_zero = hk_opt.secure >= 2;
+  hk_free_checks = hk_secure;
   /* zero mode keeps no cache of remote-freed blocks (remote.c) */
   if (hk_secure_zero) memset(hk_class_cache_max, 0, sizeof hk_class_cache_max);
   hk_keys_init();

@@ -9,6 +9,7 @@
  * variable turn a hardened build's checks off. */
 #include "internal.h"
 
+bool hk_free_checks; /* hk_init sets it in hardened mode, hk_profile_load with the profiler */
 bool hk_secure;      /* HAKMEM_SECURE >= 1 (hk_init sets both from hk_opt.secure) */
 bool hk_secure_zero; /* HAKMEM_SECURE == 2 */
 

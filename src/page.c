@@ -23,6 +23,10 @@ size_t hk_color_offset(void) {
   return (size_t)64 * ((++counter * 37u) % HK_COLORS);
 }
 
+/* The heap profiler's (profile.c sets it when it starts, before any block
+ * is sampled): a sampled block is freed (hk_page_sample_freed, remote.c). */
+void (*hk_sample_freed)(void *block);
+
 int hk_page_reclaimed(hk_page *page) {
   if (hk_page_state(page) != HK_PAGE_RECLAIMED) return HK_PAGE_KEPT;
   if (hk_load_acquire(&page->reclaiming)) return HK_PAGE_BUSY;

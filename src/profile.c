@@ -8,15 +8,24 @@
  * stands for 1 / (1 - exp(-s/rate)) allocations like it (the estimate
  * pprof makes from a heap_v2 profile, and the JSON's).
  *
- * A sampled block of a size class comes from the thread's sample heap
- * (hk_heap.sample_heap: a heap of its own that holds only samples, made at
- * the thread's first sample and handed to another thread when it exits), so
- * that no fast path needs to know whether a block is sampled: every free of
- * one is a free to another heap, whose slow path (remote.c) drops the
- * sample and sends the block to its page (its local list when the sample
- * heap is the freeing thread's), never to a thread cache. A sampled large
- * block carries a flag in its header; its free drops the sample too. The
- * table of samples holds exactly the live ones.
+ * A sampled block of a size class of pages of several blocks comes from
+ * the thread's sample heap (hk_heap.sample_heap: a heap of its own that
+ * holds only samples, made at the thread's first sample and handed to
+ * another thread when it exits), so that no fast path needs to know
+ * whether a block is sampled: every free of one is a free to another heap,
+ * whose slow path (remote.c) drops the sample and sends the block to its
+ * page (its local list when the sample heap is the freeing thread's), never
+ * to a thread cache. A sampled block of a class whose pages hold one block
+ * (64 KiB, and most classes from 112 KiB to 960 KiB: where a block is
+ * sampled every few allocations, or at each) comes from
+ * the thread's own heap instead, so that its span is reused by the
+ * thread's next blocks of the class, as every other such block's is: its
+ * page is marked (hk_page.sampled), and every free of it reaches a slow
+ * path that drops the sample (the owner's empties the page, which a
+ * marked page's state makes it report; another thread's and the cache
+ * mode's go through hk_free_to_cache). A sampled large block carries a
+ * flag in its header; its free drops the sample too. The table of samples
+ * holds exactly the live ones.
  *
  * Stacks come from the unwinder (_Unwind_Backtrace, libgcc_s's, loaded
  * only when the profiler is on: the tables of every
@@ -479,12 +488,20 @@ static void find_self_once(void) {
 void *hk_profile_malloc(hk_heap *h, size_t size, unsigned cls) {
   if (sampling) return NULL; /* (the unwinder allocating: the caller allocates as usual) */
   sampling = true;
-  if (h->sample_heap == NULL) {
-    find_self_once();
-    h->sample_heap = hk_sample_heap_take();
+  find_self_once();
+  void *p;
+  if (hk_class_colored[cls]) {
+    p = hk_heap_alloc(h, size, cls);
+    hk_page *page = p != NULL ? hk_block_page(p) : NULL;
+    if (page != NULL && page->reserved == 1) { /* (always: the class's pages hold one block) */
+      hk_page_mark_sampled(page);
+      record_sample((uintptr_t)p, size);
+    }
+  } else {
+    if (h->sample_heap == NULL) h->sample_heap = hk_sample_heap_take();
+    p = h->sample_heap != NULL ? hk_heap_alloc(h->sample_heap, size, cls) : NULL;
+    if (p != NULL) record_sample((uintptr_t)p, size);
   }
-  void *p = h->sample_heap != NULL ? hk_heap_alloc(h->sample_heap, size, cls) : NULL;
-  if (p != NULL) record_sample((uintptr_t)p, size);
   sampling = false;
   return p;
 }
@@ -992,6 +1009,7 @@ void hk_profile_load(void) {
   if (hk_opt.profile_signal > 0) hk_os_on_signal((int)hk_opt.profile_signal, on_signal);
   start_ms = hk_os_now_ms();
   hk_sample_freed = hk_profile_forget;
+  hk_free_checks = true; /* (sampled pages: hk_free_to_cache) */
   hk_profile_on = true;
   hk_tls_arm(); /* (this thread's budget: now to its first sample) */
 }

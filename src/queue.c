@@ -54,7 +54,9 @@ void hk_heap_set_direct(hk_heap *h, unsigned cls, hk_page *page) {
     h->held_bytes -= h->held[cls];
     h->held[cls] = 0;
   }
-  if (page != &hk_page_empty && page->nslabs == 1) hk_page_set_state(page, HK_USED_CURRENT);
+  /* (not a sampled page: its free must reach hk_heap_page_emptied) */
+  if (page != &hk_page_empty && page->nslabs == 1 && !hk_load_relaxed(&page->sampled))
+    hk_page_set_state(page, HK_USED_CURRENT);
   h->direct[cls] = page;
   /* the lookup table's slots of this class are consecutive */
   for (unsigned i = hk_class_lut_first[cls]; i < HK_LUT_SLOTS && hk_class_lut[i] == cls; i++) h->by_size[i] = page;
@@ -335,11 +337,8 @@ static HK_NOINLINE void stash_unlink_above(hk_heap *h, unsigned cls, hk_block *b
 HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
   uint32_t bs = page->block_size;
   /* (the current page stays current instead, held, and serves the fast
-   * path: page_emptied. Hardened mode stashes only blocks of one-block
-   * pages, which its quarantine does not take: its malloc finds them in
-   * the slow path, hk_heap_alloc, which marks them live; zero mode none,
-   * as a stashed block's links would sit in the bytes it checks) */
-  if (h->moving || (hk_secure && (page->reserved != 1 || hk_secure_zero))) return false;
+   * path: page_emptied) */
+  if (h->moving) return false;
   if (hk_stash_medium(page)) {
     if (!hk_page_parked(page) || page == h->stash_parked) return false;
     if (!held_fits(h, bs)) {
@@ -449,8 +448,33 @@ void hk_heap_stash_purge_idle(void) {
 
 /* Called by free() when a page became empty, or when it received a block
  * while parked on the full list. */
+/* hk_heap_page_emptied with hk_free_checks: the profiler's mark (the
+ * sample goes before the block can be taken again), and hardened mode's
+ * stash, which takes only blocks of one-block pages (its quarantine does
+ * not take them; its malloc finds them in the slow path, hk_heap_alloc,
+ * which marks them live), in zero mode none (a stashed block's links would
+ * sit in the bytes it checks). Out of line: the call would cost the
+ * default path a frame. */
+static HK_NOINLINE void page_emptied_checked(hk_heap *h, hk_page *page) {
+  hk_page_sample_freed(page);
+  if ((hk_secure && (page->reserved != 1 || hk_secure_zero)) || !stash_put(h, page)) page_emptied(h, page);
+}
+
 void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
+  if (HK_UNLIKELY(hk_free_checks)) {
+    page_emptied_checked(h, page);
+    return;
+  }
   if (!stash_put(h, page)) page_emptied(h, page);
+}
+
+/* The page, of one block, handed its block out as a sample (profile.c):
+ * out of the current state, so that the block's free empties it (in the
+ * current state a page just stays current, see HK_USED_CURRENT). */
+void hk_page_mark_sampled(hk_page *page) {
+  hk_assert(page->reserved == 1 && hk_page_used(page) == 1);
+  hk_store_relaxed(&page->sampled, 1);
+  uncurrent(page);
 }
 
 #define SWAP_SLABS 4

@@ -45,10 +45,6 @@
  * are in the second word (blocks of 16 bytes and more), XOR-ed with the
  * heap's list key. */
 #include "internal.h"
-
-/* The heap profiler's (profile.c sets it when it starts, before any block
- * of a sample heap exists): a sampled block is freed. */
-void (*hk_sample_freed)(void *block);
 #include "fastpath.h"
 #include "secure.h"
 
@@ -530,9 +526,12 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
  * of this file). self: this thread's heap, or hk_heap_empty (no heap yet,
  * or exiting). Hardened mode has its own (hk_secure_free). */
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
-  if (HK_UNLIKELY(hk_secure)) {
-    hk_secure_free(b, page, self);
-    return;
+  if (HK_UNLIKELY(hk_free_checks)) {
+    if (hk_secure) {
+      hk_secure_free(b, page, self);
+      return;
+    }
+    hk_page_sample_freed(page); /* (before the block can be handed out again) */
   }
   hk_heap *owner = hk_load_relaxed(&page->heap);
   if (HK_UNLIKELY(hk_looks_free(page, b))) {

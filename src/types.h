@@ -169,7 +169,8 @@ typedef struct hk_page {
   _Atomic uint8_t reclaiming; /* a remote freer is giving the parked page back (remote.c) */
   uint8_t untrimmed;         /* queue.c: its span beyond the carved blocks may hold memory to purge */
   uint8_t held;              /* queue.c: an empty page left in its class's queue, in held_bytes */
-  uint8_t pad0[1];
+  _Atomic uint8_t sampled;   /* profile.c: a page of one block whose block is a live sample; cleared
+                                by the free that drops the sample (hk_page_sample_freed) */
   /* second cache line */
   hk_block *free;            /* owner's free list */
   uint32_t used;             /* blocks handed out and not yet returned to `free`, plus a base
@@ -202,7 +203,7 @@ _Static_assert(HK_SLAB_SIZE / 8 <= UINT16_MAX, "reserved fits a slab of the smal
 #define HK_USED_NORMAL (-1)
 #define HK_USED_FULL (-(1 << 30))
 #define HK_USED_CURRENT ((1 << 30) - 1)
-_Static_assert(offsetof(hk_page, pad0) + sizeof(((hk_page *)0)->pad0) == 64 && offsetof(hk_page, free) == 64, "the two lines");
+_Static_assert(offsetof(hk_page, sampled) + sizeof(((hk_page *)0)->sampled) == 64 && offsetof(hk_page, free) == 64, "the two lines");
 
 /* An owner that has not looked for a page for this long is idle: a parked
  * page of its that remote frees empty is given back by the last freer. */

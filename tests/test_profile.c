@@ -8,6 +8,13 @@
  *   test_profile signal PATH  the workload, then SIGUSR2 (HAKMEM_PROFILE_FILE
  *                             must name PATH) and allocations until the
  *                             profile appears
+ *   test_profile freed PATH   blocks of pages of one block, sampled and
+ *                             freed: by their thread, from the page that
+ *                             their class keeps as its current one when it
+ *                             empties, and
+ *                             by another thread while their own one waits;
+ *                             then hak_profile_dump(PATH), which must hold
+ *                             none of them
  *   test_profile threads      300 short threads, one after another, each
  *                             allocating and freeing blocks of many
  *                             classes: the sample heaps of exited threads
@@ -18,8 +25,8 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
-enum { SMALL = 200000, LARGE = 8, ALT = 40000 };
-static void *small[SMALL], *large[LARGE], *cross[SMALL / 4], *alt[2 * ALT];
+enum { SMALL = 200000, LARGE = 8, ALT = 40000, SPAN = 64 };
+static void *small[SMALL], *large[LARGE], *cross[SMALL / 4], *alt[2 * ALT], *span[SPAN], *span_cross[SPAN];
 
 __attribute__((noinline)) void profile_keep_small(void) {
   for (int i = 0; i < SMALL; i++) {
@@ -66,6 +73,36 @@ __attribute__((noinline)) void profile_keep_alt(void) {
 
 __attribute__((noinline)) void *profile_keep_cross(void *arg) {
   for (int i = 0; i < SMALL / 4; i++) cross[i] = calloc(1, 256);
+  for (int i = 0; i < SPAN; i++) CHECK((span_cross[i] = malloc(300u << 10)) != NULL, "malloc");
+  return arg;
+}
+
+/* Blocks of pages of one block (profile.c: sampled from the thread's own
+ * heap, their pages marked): 250,000 bytes kept while others of the class
+ * come and go, and 64 KiB-1 MiB blocks freed at once */
+__attribute__((noinline)) void profile_keep_span(void) {
+  for (int i = 0; i < SPAN; i++) {
+    CHECK((span[i] = malloc(250000)) != NULL, "malloc");
+    for (int k = 0; k < 4; k++) {
+      void *p = malloc(250000);
+      CHECK(p != NULL, "malloc");
+      *(volatile char *)p = 1;
+      free(p);
+    }
+  }
+}
+__attribute__((noinline)) void profile_span_churn(size_t bytes) {
+  for (size_t done = 0, i = 0; done < bytes; i++) {
+    size_t n = ((size_t)64 << 10) * (1 + i * 7919 % 15);
+    void *p = malloc(n);
+    CHECK(p != NULL, "malloc");
+    *(volatile char *)p = 1;
+    free(p);
+    done += n;
+  }
+}
+static void *free_span_quarter(void *arg) {
+  for (int i = 0; i < SPAN; i += 4) free(span[i]);
   return arg;
 }
 
@@ -73,15 +110,52 @@ static size_t workload(void) {
   profile_keep_small();
   profile_keep_large();
   profile_keep_alt();
+  profile_keep_span();
   pthread_t t;
   CHECK(pthread_create(&t, NULL, profile_keep_cross, NULL) == 0 && pthread_join(t, NULL) == 0, "thread");
   profile_churn((size_t)100 << 20);
-  /* half of each small set freed, the other thread's by this one */
+  profile_span_churn((size_t)256 << 20);
+  /* half of each set freed, the other thread's by this one; of the 200,000
+   * bytes blocks, a quarter by this thread and a quarter by another one */
   for (int i = 0; i < SMALL; i += 2) free(small[i]);
   for (int i = 0; i < SMALL / 4; i += 2) free(cross[i]);
+  for (int i = 0; i < SPAN; i += 2) free(span_cross[i]);
+  for (int i = 2; i < SPAN; i += 4) free(span[i]);
+  CHECK(pthread_create(&t, NULL, free_span_quarter, NULL) == 0 && pthread_join(t, NULL) == 0, "thread");
   free(large[0]);
   return (size_t)(SMALL / 2) * 100 + (size_t)(LARGE - 1) * (3u << 20) + (size_t)(SMALL / 8) * 256 +
-         (size_t)ALT * (64 + 192);
+         (size_t)ALT * (64 + 192) + (size_t)(SPAN / 2) * 250000 + (size_t)(SPAN / 2) * (300u << 10);
+}
+
+__attribute__((noinline)) void *profile_span_current(void) {
+  void *p = malloc(250000);
+  __asm__ volatile("" : : "r"(p) : "memory");
+  return p;
+}
+enum { REMOTE_SPANS = 16 };
+static void *remote_spans[REMOTE_SPANS];
+static pthread_barrier_t spans_made, spans_freed;
+__attribute__((noinline)) void *profile_span_remote(void *arg) {
+  for (int i = 0; i < REMOTE_SPANS; i++) CHECK((remote_spans[i] = malloc(300u << 10)) != NULL, "malloc");
+  pthread_barrier_wait(&spans_made);
+  pthread_barrier_wait(&spans_freed); /* (alive and idle until the profile is written) */
+  return arg;
+}
+static void freed_spans(const char *path) {
+  for (int round = 0; round < 100; round++) {
+    void *p = profile_span_current();
+    CHECK(p != NULL, "malloc");
+    free(p);
+  }
+  pthread_barrier_init(&spans_made, NULL, 2);
+  pthread_barrier_init(&spans_freed, NULL, 2);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, profile_span_remote, NULL) == 0, "thread");
+  pthread_barrier_wait(&spans_made);
+  for (int i = 0; i < REMOTE_SPANS; i++) free(remote_spans[i]);
+  CHECK(hak_profile_dump(path) == 0, "hak_profile_dump(%s): %s", path, strerror(errno));
+  pthread_barrier_wait(&spans_freed);
+  CHECK(pthread_join(t, NULL) == 0, "thread");
 }
 
 __attribute__((noinline)) void *profile_short_thread(void *arg) {
@@ -116,7 +190,11 @@ int main(int argc, char **argv) {
     printf("test_profile: off: OK\n");
     return 0;
   }
-  CHECK(argc >= 3, "usage: test_profile dump|signal PATH | [off]");
+  CHECK(argc >= 3, "usage: test_profile dump|signal|freed PATH | threads | [off]");
+  if (strcmp(argv[1], "freed") == 0) {
+    freed_spans(argv[2]);
+    return 0;
+  }
   size_t live = workload();
   if (strcmp(argv[1], "dump") == 0) {
     CHECK(hak_profile_dump(argv[2]) == 0, "hak_profile_dump(%s): %s", argv[2], strerror(errno));
