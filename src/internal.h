@@ -384,8 +384,11 @@ void *hk_profile_malloc(hk_heap *h, size_t size, unsigned cls); /* a sampled blo
                                                                  sample heap (NULL: allocate as usual) */
 hk_heap *hk_sample_heap_take(void); /* a heap for a thread's sampled blocks (heap.c) */
 bool hk_profile_large(void *p, size_t size);        /* sample the large block p (false: not sampled) */
-void hk_profile_forget(void *p);   /* the sampled block p is freed: it leaves the profile */
-extern void (*hk_sample_freed)(void *block); /* = hk_profile_forget, for the files below profile.c (page.c) */
+/* The sampled block p is freed: it leaves the profile. heap: its page's
+ * (where its sample is first looked for), NULL for a large block. */
+void hk_profile_forget(void *p, const hk_heap *heap);
+extern void (*hk_sample_freed)(void *block, const hk_heap *heap); /* = hk_profile_forget, for the files below
+                                                                     profile.c (page.c) */
 void hk_page_mark_sampled(hk_page *page);    /* its one block is a live sample (queue.c) */
 /* A block of the page is being freed, by any thread: if it is a page of
  * one block and that block a sample (hk_page_mark_sampled), the sample
@@ -395,7 +398,7 @@ void hk_page_mark_sampled(hk_page *page);    /* its one block is a live sample (
 HK_INLINE void hk_page_sample_freed(hk_page *page) {
   if (HK_LIKELY(!hk_load_relaxed(&page->sampled))) return;
   hk_store_relaxed(&page->sampled, 0);
-  hk_sample_freed((void *)page->start);
+  hk_sample_freed((void *)page->start, hk_owner_untag(hk_load_relaxed(&page->heap)));
 }
 void hk_profile_poll(void);        /* write the profile if the signal asked for it */
 int hk_profile_dump(const char *path);

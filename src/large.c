@@ -854,7 +854,7 @@ void hk_large_free(hk_region *r, void *p) {
   hk_region *victims = NULL;
   if (r->large_sampled && (char *)p == (char *)r + r->user_offset) { /* (before the lock: profile.c's is first) */
     r->large_sampled = 0;
-    hk_profile_forget(p);
+    hk_profile_forget(p, NULL);
   }
   hk_lock(&hk_large_lock);
   if (r->large_state != HK_LARGE_LIVE) {
@@ -965,7 +965,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   if (size > HK_MAX_REQUEST) return NULL;
   if (r->large_sampled) { /* (the sample was of the size first asked for: it ends here) */
     r->large_sampled = 0;
-    hk_profile_forget(p);
+    hk_profile_forget(p, NULL);
   }
   size_t need = round_page(r->user_offset + size);
   if (hk_secure) return secure_realloc(r, p, size, need);

@@ -25,7 +25,7 @@ size_t hk_color_offset(void) {
 
 /* The heap profiler's (profile.c sets it when it starts, before any block
  * is sampled): a sampled block is freed (hk_page_sample_freed, remote.c). */
-void (*hk_sample_freed)(void *block);
+void (*hk_sample_freed)(void *block, const hk_heap *heap);
 
 int hk_page_reclaimed(hk_page *page) {
   if (hk_page_state(page) != HK_PAGE_RECLAIMED) return HK_PAGE_KEPT;

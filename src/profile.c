@@ -52,11 +52,22 @@ typedef struct prof_stack {
   uint64_t hash;     /* 0: free slot */
   uint32_t depth;
   uint32_t pad;
-  _Atomic uint64_t alloc_count, alloc_bytes; /* samples taken here, and their bytes (raw) */
-  _Atomic uint64_t freed[LIFETIMES]; /* samples freed, by lifetime (LIFETIME_MS) */
-  _Atomic uint64_t freed_remote;     /* samples freed by a thread other than their allocator's */
   uintptr_t pc[STACK_MAX];
 } prof_stack;
+
+/* A stack's counts, in STRIPES copies: a thread adds to the copy of its
+ * number modulo STRIPES, so threads sampling at one site seldom take the
+ * counts' cache line from each other (each add would wait for it); a
+ * profile sums the copies. */
+#define STRIPES 8
+typedef struct stack_count {
+  _Atomic uint64_t alloc_count, alloc_bytes; /* samples taken here, and their bytes (raw) */
+  _Atomic uint64_t freed[LIFETIMES];         /* samples freed, by lifetime (LIFETIME_MS) */
+  _Atomic uint64_t freed_remote;             /* samples freed by a thread other than their allocator's */
+} stack_count;
+typedef struct stack_total {
+  uint64_t alloc_count, alloc_bytes, freed[LIFETIMES], freed_remote;
+} stack_total;
 
 typedef struct prof_sample {
   uintptr_t addr; /* 0: free slot */
@@ -83,18 +94,27 @@ static _Atomic uint32_t *stack_slots; /* a hash table of stacks' indexes + 1 (0:
                                  the stacks' room, so that RSS grows with the stacks; read
                                  without a lock, a slot set once */
 
-/* The live samples: by their address's hash, in SHARDS tables (open
- * addressing, linear probing), so that threads sampling at once seldom
- * wait for each other. */
+/* The live samples, in SHARDS tables (open addressing, linear probing, by
+ * the address's hash): a sample of a size class in its heap's (the sample
+ * heap's, or the thread heap's of a marked page: heap_shard), so that a
+ * thread's samples and their frees take a lock and touch a table that
+ * other threads seldom do; a large block's by its address. A sample not
+ * in the shard its free looks in first (its page changed heaps: taken over
+ * from an exited thread) is in another. */
 typedef struct sample_shard {
   _Alignas(64) _Atomic uint32_t lock; /* a spin lock (sync.h): held for a probe, an insert or a
                                          removal (and a profile's pass over the table) */
-  prof_sample *table;
-  size_t cap, n;
+  size_t n;
+  /* (a line of its own, which only grow writes: sample_prefetch reads it
+   * without the lock, and would otherwise miss on the lock's line, which
+   * the threads that sample take from each other) */
+  _Alignas(64) prof_sample *table;
+  size_t cap;
 } sample_shard;
 static sample_shard shards[SHARDS];
 
-static _Atomic uint64_t size_samples[SIZE_BUCKETS][2]; /* sampled allocations by size: samples, bytes (raw) */
+static _Atomic uint64_t size_samples[STRIPES][SIZE_BUCKETS][2]; /* sampled allocations by size: samples,
+                                                                    bytes (raw), striped as the stacks' counts */
 static uint64_t start_ms; /* hk_os_now_ms() when the profiler started */
 
 /* A number for this thread, from 1 (a sample's allocator, compared at its free) */
@@ -104,6 +124,24 @@ static uint32_t thread_number(void) {
   if (number == 0) number = atomic_fetch_add_explicit(&threads, 1, memory_order_relaxed) + 1;
   return number;
 }
+static stack_count *counts; /* STRIPES x (STACKS_MAX + 1), mapped: pages touched as stacks appear */
+
+/* This thread's copy of the counts of the stack with index i */
+static stack_count *my_count(uint32_t i) {
+  return &counts[(size_t)(thread_number() % STRIPES) * (STACKS_MAX + 1) + i];
+}
+static stack_total total_of(uint32_t i) {
+  stack_total t = {0};
+  for (unsigned c = 0; c < STRIPES; c++) {
+    const stack_count *s = &counts[(size_t)c * (STACKS_MAX + 1) + i];
+    t.alloc_count += hk_load_relaxed(&s->alloc_count);
+    t.alloc_bytes += hk_load_relaxed(&s->alloc_bytes);
+    for (unsigned k = 0; k < LIFETIMES; k++) t.freed[k] += hk_load_relaxed(&s->freed[k]);
+    t.freed_remote += hk_load_relaxed(&s->freed_remote);
+  }
+  return t;
+}
+
 static uintptr_t lib_start, lib_end; /* this library's code: frames skipped at a stack's top */
 static __thread bool sampling __attribute__((tls_model("initial-exec"))); /* no sample within a sample */
 
@@ -346,6 +384,7 @@ static uint32_t next_stack(uint32_t i) {
 
 static uint64_t addr_hash(uintptr_t addr) { return (addr >> 4) * 0x9e3779b97f4a7c15ull; }
 static sample_shard *shard_of(uintptr_t addr) { return &shards[addr_hash(addr) >> 60]; }
+static sample_shard *heap_shard(const hk_heap *h) { return &shards[h->region_list % SHARDS]; }
 static size_t sample_slot(const sample_shard *sh, uintptr_t addr) {
   return (size_t)(addr_hash(addr) >> 20) & (sh->cap - 1);
 }
@@ -367,13 +406,13 @@ static void sample_remove_at(sample_shard *sh, size_t i) {
   }
 }
 
-/* The slot where addr's sample is, or goes, on its way into the cache
- * before the lock is taken (a probe under it would wait for the miss: the
+/* The slot where addr's sample is, or goes, and the shard's lock, on their
+ * way into the cache before the lock is taken (a probe under it would wait for the miss: the
  * program's memory traffic since the sample was taken has evicted it).
  * Read without the lock: a table replaced meanwhile costs a wasted
  * prefetch. */
-static void sample_prefetch(uintptr_t addr) {
-  const sample_shard *sh = shard_of(addr);
+static void sample_prefetch(sample_shard *sh, uintptr_t addr) {
+  __builtin_prefetch(&sh->lock, 1); /* (for the lock's write) */
   prof_sample *t = __atomic_load_n(&sh->table, __ATOMIC_RELAXED);
   size_t cap = __atomic_load_n(&sh->cap, __ATOMIC_RELAXED);
   if (t != NULL) __builtin_prefetch(&t[(size_t)(addr_hash(addr) >> 20) & (cap - 1)], 1);
@@ -402,8 +441,7 @@ static bool grow(sample_shard *sh) {
   return true;
 }
 
-static void sample_add(uintptr_t addr, size_t size, uint32_t stack, uint64_t now) {
-  sample_shard *sh = shard_of(addr);
+static void sample_add(sample_shard *sh, uintptr_t addr, size_t size, uint32_t stack, uint64_t now) {
   bool took = hk_spin_lock(&sh->lock);
   prof_sample *s = sample_find(sh, addr);
   if (s == NULL && ((sh->n + 1) * 4 <= sh->cap * 3 || grow(sh))) {
@@ -445,10 +483,10 @@ static __attribute__((noinline)) uint32_t take_stack(uintptr_t *pc, bool *walked
  * stack's index (a walked stack not in the table yet is taken again by the
  * unwinder, then added under profile_lock; the index kept for the next
  * walk that finds the same stack), then the sample. */
-static void record_sample(uintptr_t addr, size_t size) {
+static void record_sample(sample_shard *sh, uintptr_t addr, size_t size) {
   uintptr_t pc[STACK_MAX];
   bool walked;
-  sample_prefetch(addr); /* (the stack's walk meanwhile) */
+  sample_prefetch(sh, addr); /* (the stack's walk meanwhile) */
   uint32_t index, n = take_stack(pc, &walked, &index);
   if (index == STACK_NONE) index = stack_find(pc, n);
   if (index == STACK_NONE) {
@@ -460,13 +498,15 @@ static void record_sample(uintptr_t addr, size_t size) {
 #if defined(__x86_64__)
   if (last_walk.stack == STACK_PENDING) last_walk.stack = index;
 #endif
-  atomic_fetch_add_explicit(&stacks[index].alloc_count, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&stacks[index].alloc_bytes, size, memory_order_relaxed);
+  stack_count *c = my_count(index);
+  atomic_fetch_add_explicit(&c->alloc_count, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->alloc_bytes, size, memory_order_relaxed);
   unsigned b = 63 - (unsigned)__builtin_clzll((uint64_t)size | 1);
   if (b >= SIZE_BUCKETS) b = SIZE_BUCKETS - 1;
-  atomic_fetch_add_explicit(&size_samples[b][0], 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&size_samples[b][1], size, memory_order_relaxed);
-  sample_add(addr, size, index, hk_os_now_ms());
+  _Atomic uint64_t *sizes = size_samples[thread_number() % STRIPES][b];
+  atomic_fetch_add_explicit(&sizes[0], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&sizes[1], size, memory_order_relaxed);
+  sample_add(sh, addr, size, index, hk_os_now_ms());
 }
 
 static _Atomic bool self_found;     /* lib_start and lib_end are known */
@@ -495,12 +535,12 @@ void *hk_profile_malloc(hk_heap *h, size_t size, unsigned cls) {
     hk_page *page = p != NULL ? hk_block_page(p) : NULL;
     if (page != NULL && page->reserved == 1) { /* (always: the class's pages hold one block) */
       hk_page_mark_sampled(page);
-      record_sample((uintptr_t)p, size);
+      record_sample(heap_shard(h), (uintptr_t)p, size);
     }
   } else {
     if (h->sample_heap == NULL) h->sample_heap = hk_sample_heap_take();
     p = h->sample_heap != NULL ? hk_heap_alloc(h->sample_heap, size, cls) : NULL;
-    if (p != NULL) record_sample((uintptr_t)p, size);
+    if (p != NULL) record_sample(heap_shard(h->sample_heap), (uintptr_t)p, size);
   }
   sampling = false;
   return p;
@@ -510,27 +550,36 @@ bool hk_profile_large(void *p, size_t size) {
   if (sampling) return false;
   sampling = true;
   find_self_once();
-  record_sample((uintptr_t)p, size);
+  record_sample(shard_of((uintptr_t)p), (uintptr_t)p, size);
   sampling = false;
   return true;
 }
 
-void hk_profile_forget(void *p) {
-  sample_shard *sh = shard_of((uintptr_t)p);
-  sample_prefetch((uintptr_t)p);
-  uint64_t now = hk_os_now_ms(); /* (the prefetch meanwhile) */
+/* p's sample out of shard sh, if it is there: counted as freed, `now`
+ * its free's time */
+static bool forget_in(sample_shard *sh, uintptr_t p, uint64_t now) {
   bool took = hk_spin_lock(&sh->lock);
-  prof_sample *s = sample_find(sh, (uintptr_t)p);
+  prof_sample *s = sample_find(sh, p);
   if (s != NULL) {
     uint64_t life = now - s->when;
     unsigned k = 0;
     while (k < LIFETIMES - 1 && life >= LIFETIME_MS[k]) k++;
-    prof_stack *st = &stacks[s->stack];
-    atomic_fetch_add_explicit(&st->freed[k], 1, memory_order_relaxed);
-    if (s->thread != thread_number()) atomic_fetch_add_explicit(&st->freed_remote, 1, memory_order_relaxed);
+    stack_count *c = my_count(s->stack);
+    atomic_fetch_add_explicit(&c->freed[k], 1, memory_order_relaxed);
+    if (s->thread != thread_number()) atomic_fetch_add_explicit(&c->freed_remote, 1, memory_order_relaxed);
     sample_remove_at(sh, (size_t)(s - sh->table));
   }
   if (took) hk_spin_unlock(&sh->lock);
+  return s != NULL;
+}
+
+void hk_profile_forget(void *p, const hk_heap *heap) {
+  sample_shard *first = heap != NULL ? heap_shard(heap) : shard_of((uintptr_t)p);
+  sample_prefetch(first, (uintptr_t)p);
+  uint64_t now = hk_os_now_ms(); /* (the prefetch meanwhile) */
+  if (forget_in(first, (uintptr_t)p, now)) return;
+  for (unsigned k = 0; k < SHARDS; k++)
+    if (&shards[k] != first && forget_in(&shards[k], (uintptr_t)p, now)) return;
 }
 
 /* ---- the profile ---- */
@@ -642,7 +691,8 @@ static void write_pprof(int fd, const live_tally *t) {
   for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) {
     lc += t[i].count;
     lb += t[i].bytes;
-    ac += stacks[i].alloc_count, ab += stacks[i].alloc_bytes;
+    stack_total c = total_of(i);
+    ac += c.alloc_count, ab += c.alloc_bytes;
   }
   out_str(&o, "heap profile: ");
   out_dec(&o, lc); out_str(&o, ": "); out_dec(&o, lb);
@@ -652,9 +702,10 @@ static void write_pprof(int fd, const live_tally *t) {
   out_str(&o, "\n");
   for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) {
     const prof_stack *s = &stacks[i];
-    if (s->depth == 0 || (s->alloc_count == 0 && t[i].count == 0)) continue; /* (google-pprof wants a frame) */
+    stack_total c = total_of(i);
+    if (s->depth == 0 || (c.alloc_count == 0 && t[i].count == 0)) continue; /* (google-pprof wants a frame) */
     out_dec(&o, t[i].count); out_str(&o, ": "); out_dec(&o, t[i].bytes);
-    out_str(&o, " ["); out_dec(&o, s->alloc_count); out_str(&o, ": "); out_dec(&o, s->alloc_bytes);
+    out_str(&o, " ["); out_dec(&o, c.alloc_count); out_str(&o, ": "); out_dec(&o, c.alloc_bytes);
     out_str(&o, "] @");
     for (uint32_t k = 0; k < s->depth; k++) {
       out_str(&o, " ");
@@ -754,7 +805,8 @@ static void write_json(int fd, const live_tally *t, bool names, uint64_t uptime_
   bool first = true;
   for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) {
     const prof_stack *s = &stacks[i];
-    if (s->alloc_count == 0 && t[i].count == 0) continue;
+    stack_total c = total_of(i);
+    if (c.alloc_count == 0 && t[i].count == 0) continue;
     out_str(&o, first ? "{" : ",{");
     first = false;
     out_str(&o, "\"live_bytes\":");
@@ -762,24 +814,24 @@ static void write_json(int fd, const live_tally *t, bool names, uint64_t uptime_
     out_str(&o, ",\"live_count\":");
     out_dec(&o, (uint64_t)(t[i].est_count + 0.5));
     /* allocated: each raw sample scaled by its average size's weight */
-    double k = s->alloc_count ? scale(s->alloc_bytes / s->alloc_count) : 0;
-    ab += k * (double)s->alloc_bytes;
-    ac += k * (double)s->alloc_count;
+    double k = c.alloc_count ? scale(c.alloc_bytes / c.alloc_count) : 0;
+    ab += k * (double)c.alloc_bytes;
+    ac += k * (double)c.alloc_count;
     out_str(&o, ",\"alloc_bytes\":");
-    out_dec(&o, (uint64_t)(k * (double)s->alloc_bytes + 0.5));
+    out_dec(&o, (uint64_t)(k * (double)c.alloc_bytes + 0.5));
     out_str(&o, ",\"alloc_count\":");
-    out_dec(&o, (uint64_t)(k * (double)s->alloc_count + 0.5));
+    out_dec(&o, (uint64_t)(k * (double)c.alloc_count + 0.5));
     out_str(&o, ",\"samples_live\":");
     out_dec(&o, t[i].count);
     out_str(&o, ",\"samples\":");
-    out_dec(&o, s->alloc_count);
+    out_dec(&o, c.alloc_count);
     out_str(&o, ",\"samples_freed\":[");
     for (unsigned k = 0; k < LIFETIMES; k++) {
       if (k) out_str(&o, ",");
-      out_dec(&o, s->freed[k]);
+      out_dec(&o, c.freed[k]);
     }
     out_str(&o, "],\"samples_freed_remote\":");
-    out_dec(&o, s->freed_remote);
+    out_dec(&o, c.freed_remote);
     out_str(&o, ",\"frames\":[");
     for (uint32_t f = 0; f < s->depth; f++) {
       if (f) out_str(&o, ",");
@@ -801,7 +853,8 @@ static void write_json(int fd, const live_tally *t, bool names, uint64_t uptime_
   out_str(&o, "],\"sizes\":[");
   first = true;
   for (unsigned b = 0; b < SIZE_BUCKETS; b++) {
-    uint64_t n = size_samples[b][0], bytes = size_samples[b][1];
+    uint64_t n = 0, bytes = 0;
+    for (unsigned c = 0; c < STRIPES; c++) n += hk_load_relaxed(&size_samples[c][b][0]), bytes += hk_load_relaxed(&size_samples[c][b][1]);
     if (n == 0) continue;
     double k = scale(bytes / n);
     out_str(&o, first ? "{\"min\":" : ",{\"min\":");
@@ -988,13 +1041,14 @@ void hk_profile_init(void) {
     if (shards[k].table == NULL) return;
   }
   stacks = hk_os_map_aligned((STACKS_MAX + 1) * sizeof *stacks, 4096);
+  counts = hk_os_map_aligned((size_t)STRIPES * (STACKS_MAX + 1) * sizeof *counts, 4096);
   stack_slots = hk_os_map_aligned(2 * STACKS_MAX * sizeof *stack_slots, 4096);
 }
 
 /* At the end of initialisation, malloc working (dlopen allocates): the
  * unwinder, and then the profiler samples. */
 void hk_profile_load(void) {
-  if (shards[SHARDS - 1].table == NULL || stacks == NULL || stack_slots == NULL) return;
+  if (shards[SHARDS - 1].table == NULL || stacks == NULL || counts == NULL || stack_slots == NULL) return;
   void *lib = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib != NULL) {
     unwind_backtrace = (_Unwind_Reason_Code(*)(_Unwind_Trace_Fn, void *))dlsym(lib, "_Unwind_Backtrace");

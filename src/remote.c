@@ -495,7 +495,7 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
      * made: hak_heap_destroy gives back its pages, and with them every
      * block still in them (user_heap.c). */
     if (owner != NULL && owner->kind == HK_HEAP_SAMPLES) {
-      hk_sample_freed(b); /* (before the block can be handed out again) */
+      hk_sample_freed(b, owner); /* (before the block can be handed out again) */
       if (owner == self->sample_heap) {
         hk_free_local_push(owner, page, b);
         return;
