@@ -446,8 +446,6 @@ void hk_heap_stash_purge_idle(void) {
   if (waiting) hk_store_relaxed(&stash_waiting, true);
 }
 
-/* Called by free() when a page became empty, or when it received a block
- * while parked on the full list. */
 /* hk_heap_page_emptied with hk_free_checks: the profiler's mark (the
  * sample goes before the block can be taken again), and hardened mode's
  * stash, which takes only blocks of one-block pages (its quarantine does
@@ -460,6 +458,8 @@ static HK_NOINLINE void page_emptied_checked(hk_heap *h, hk_page *page) {
   if ((hk_secure && (page->reserved != 1 || hk_secure_zero)) || !stash_put(h, page)) page_emptied(h, page);
 }
 
+/* Called by free() when a page became empty, or when it received a block
+ * while parked on the full list. */
 void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
   if (HK_UNLIKELY(hk_free_checks)) {
     page_emptied_checked(h, page);

@@ -308,9 +308,9 @@ HK_INLINE void cache_keep(hk_heap *self, unsigned cls, const hk_page *page, hk_b
  * into the thread cache of its class, as the default mode keeps remote
  * frees (above), and from there to this thread's next malloc of the class
  * (hk_secure_cache_pop) or, in runs, to its page's remote stack. While it
- * waits and while it is cached, the block map has it live and freed by
- * another thread (hk_secure_give_remote set the second bit), so a second
- * free of it from any thread is a double free; its first word is the
+ * waits and while it is cached, the block map has it free
+ * (hk_secure_give_remote flipped its remote bit), so a second free of it
+ * from any thread is a double free; its first word is the
  * quarantine's tag (a per-block secret) and is checked when it leaves the
  * quarantine and again when it is reused, and its second word is the
  * cache's link (hk_cache_link). Zero mode keeps no cache (init.c): a
