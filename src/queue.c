@@ -616,6 +616,13 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
       if (hk_list_end(p->free) && (hk_load_relaxed(&p->remote) & ~HK_REMOTE_STATE_MASK))
         hk_page_collect(p, HK_PAGE_NORMAL);
       if (!hk_list_end(p->free)) return make_current(h, cls, p);
+      /* hardened mode: a page whose list ended has handed out every block it
+       * carved (those in a quarantine, the stash or its remote stack count
+       * as handed out), unless a link rewritten to the list's end cut the
+       * rest of the list off */
+      if (hk_secure && HK_UNLIKELY(hk_page_used(p) != p->capacity))
+        hk_fatal("free list corrupted (a link ends the list early: a write after free, or an overflow)",
+                 (const void *)p->start);
       if (p->capacity < p->reserved) {
         if (carvable == NULL) carvable = p;
         continue;
