@@ -152,7 +152,8 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
   if (r->kind != HK_KIND_LARGE && !hk_secure && size > HK_SLAB_SIZE / 2 && size <= HK_MEDIUM_MAX) {
     hk_page *page = hk_page_of(r, p);
     hk_heap *h = hk_tls_heap;
-    /* (a sampled block moves: its sample keeps its size) */
+    /* (a sampled block moves instead: its sample, of the size first asked
+     * for, ends with its free, and the new block is sampled or not anew) */
     if (hk_load_relaxed(&page->heap) == h && (hk_span_block(page) || (size < usable && hk_colored_in_span(page))) &&
         !hk_load_relaxed(&page->sampled) && hk_heap_resize_span_block(h, page, size)) {
       hk_purger_poke(); /* a shrink gave slabs back */

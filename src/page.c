@@ -24,7 +24,8 @@ size_t hk_color_offset(void) {
 }
 
 /* The heap profiler's (profile.c sets it when it starts, before any block
- * is sampled): a sampled block is freed (hk_page_sample_freed, remote.c). */
+ * is sampled): a sampled block is freed (internal.h's hk_page_sample_freed,
+ * and remote.c for a sample heap's blocks). */
 void (*hk_sample_freed)(void *block, const hk_heap *heap);
 
 int hk_page_reclaimed(hk_page *page) {
