@@ -212,11 +212,14 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
     hk_user_heap_free_own(in, hk_page_of(r, p), p); /* (its own page's list: no remote free) */
     return q;
   }
-  /* the page p empties, if it does, is not held (queue.c): the buffer moved on */
-  hk_heap *h = hk_tls_heap;
+  /* the page p empties, if it does, is not held (queue.c): the buffer moved
+   * on; a sampled block's page is the thread's sample heap's (profile.c) */
+  hk_heap *h = hk_tls_heap, *samples = h != &hk_heap_empty ? h->sample_heap : NULL;
   if (h != &hk_heap_empty) h->moving = 1; /* (a thread at exit may have none) */
+  if (samples != NULL) samples->moving = 1;
   hk_free_fast(p);
   if (h != &hk_heap_empty) h->moving = 0;
+  if (samples != NULL) samples->moving = 0;
   return q;
 }
 

@@ -8,7 +8,8 @@
 #   profiler marks by their page); the JSON has the same estimate; SIGUSR2 writes the
 #   profile; the leak report at exit names the holding sites;
 #   hak_profile_dump fails with ENOSYS when the profiler is off; threads
-#   that exit one after another leave their sample heaps to the next.
+#   that exit one after another leave their sample heaps to the next;
+#   buffers grown by realloc leave no more pages behind profiled than not.
 # Usage: profile_check.sh TEST_PROFILE
 set -eu
 prog=$1
@@ -18,6 +19,12 @@ command -v google-pprof >/dev/null || { echo "FAIL: google-pprof is missing (Deb
 
 "$prog" off
 HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=1024 HAKMEM_PROFILE_FILE="$dir/threads.%p" "$prog" threads 2>/dev/null
+off=$("$prog" realloc | sed -n 's/.*realloc: \([0-9]*\) bytes.*/\1/p')
+on=$(HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=4096 HAKMEM_PROFILE_FILE="$dir/realloc.%p" "$prog" realloc 2>/dev/null |
+  sed -n 's/.*realloc: \([0-9]*\) bytes.*/\1/p')
+echo "realloc: $off bytes of pages kept after the buffers were freed, $on profiled"
+[ -n "$off" ] && [ -n "$on" ] && [ "$on" -le $((off + (2 << 20))) ] ||
+  { echo "FAIL: the profiler keeps the pages that moved sampled blocks leave"; exit 1; }
 
 HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=16384 HAKMEM_PROFILE_FILE="$dir/exit.%p" "$prog" dump "$dir/p.heap" >"$dir/out" 2>"$dir/err"
 live=$(sed -n 's/^live //p' "$dir/out")

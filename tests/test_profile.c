@@ -19,6 +19,10 @@
  *                             allocating and freeing blocks of many
  *                             classes: the sample heaps of exited threads
  *                             are taken over, so the mapped bytes stay flat
+ *   test_profile realloc      8 buffers grown by realloc to 1 MiB and freed,
+ *                             10 times: the pages that sampled blocks leave
+ *                             as they move are not kept, so the spans
+ *                             serving pages stay few
  *   test_profile [off]        hak_profile_dump fails with ENOSYS (the profiler off) */
 #include "api.h"
 
@@ -177,7 +181,37 @@ static unsigned long long mapped_after_threads(int threads) {
   return s.mapped_bytes;
 }
 
+/* Bytes of spans serving pages after buffers grew through every class
+ * (as bench/realloc_growth's) and were freed. */
+static unsigned long long page_bytes_after_growth(void) {
+  for (int round = 0; round < 10; round++) {
+    void *buf[8] = {0};
+    size_t len[8] = {0};
+    for (int grown = 1; grown;) {
+      grown = 0;
+      for (int b = 0; b < 8; b++) {
+        if (len[b] >= (1u << 20)) continue;
+        len[b] = len[b] == 0 ? 16 : len[b] + len[b] / 10 + 8;
+        if (len[b] > (1u << 20)) len[b] = 1u << 20;
+        buf[b] = realloc(buf[b], len[b]);
+        CHECK(buf[b] != NULL, "realloc");
+        memset((char *)buf[b] + len[b] - 8, 1, 8);
+        grown = 1;
+      }
+    }
+    for (int b = 0; b < 8; b++) free(buf[b]);
+  }
+  struct hak_stats s;
+  CHECK(hak_stats_get(&s, sizeof s) == 0, "hak_stats_get");
+  return s.page_bytes;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "realloc") == 0) {
+    unsigned long long bytes = page_bytes_after_growth();
+    printf("test_profile: realloc: %llu bytes of pages after the buffers were freed\n", bytes);
+    return 0;
+  }
   if (argc >= 2 && strcmp(argv[1], "threads") == 0) {
     unsigned long long first = mapped_after_threads(30), last = mapped_after_threads(270);
     printf("test_profile: threads: %llu bytes mapped after 30 threads, %llu after 300\n", first, last);
