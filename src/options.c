@@ -128,13 +128,44 @@ static const text_option_desc text_options[] = {
    "a line every HAKMEM_TIMELINE_MS here: RSS, live and mapped bytes (docs/REPORT.md); %p: the pid"},
 };
 
-static const char *env_lookup(const char *name) {
-  if (environ == NULL) return NULL;
-  size_t n = strlen(name);
+/* The environment's HAKMEM_* entries, found in one pass at start-up: each
+ * option is then looked for among them, not in the whole environment (30
+ * options times its few dozen entries were half of hk_init's instructions).
+ * Past HAKMEM_ENV_MAX of them (no real environment has so many), the
+ * whole environment is searched. */
+#define HAKMEM_ENV_MAX 64
+static const char *hakmem_env[HAKMEM_ENV_MAX];
+static size_t hakmem_env_count; /* HAKMEM_ENV_MAX + 1: more than fit */
+
+static bool is_hakmem_entry(const char *s) { return s[0] == 'H' && strncmp(s, "HAKMEM_", 7) == 0; }
+
+static void env_collect(void) {
+  hakmem_env_count = 0;
+  if (environ == NULL) return;
   for (char **e = environ; *e != NULL; e++) {
-    const char *s = *e;
-    if (strncmp(s, "HAKMEM_", 7) == 0 && strncmp(s + 7, name, n) == 0 && s[7 + n] == '=') return s + 8 + n;
+    if (!is_hakmem_entry(*e)) continue;
+    if (hakmem_env_count == HAKMEM_ENV_MAX) {
+      hakmem_env_count = HAKMEM_ENV_MAX + 1;
+      return;
+    }
+    hakmem_env[hakmem_env_count++] = *e;
   }
+}
+
+/* The i-th HAKMEM_* entry of the environment, or NULL past the last. */
+static const char *env_entry(size_t i, char ***scan) {
+  if (hakmem_env_count <= HAKMEM_ENV_MAX) return i < hakmem_env_count ? hakmem_env[i] : NULL;
+  if (*scan == NULL) *scan = environ;
+  while (**scan != NULL && !is_hakmem_entry(**scan)) (*scan)++;
+  return **scan != NULL ? *(*scan)++ : NULL;
+}
+
+static const char *env_lookup(const char *name) {
+  size_t n = strlen(name);
+  char **scan = NULL;
+  const char *s;
+  for (size_t i = 0; (s = env_entry(i, &scan)) != NULL; i++)
+    if (strncmp(s + 7, name, n) == 0 && s[7 + n] == '=') return s + 8 + n;
   return NULL;
 }
 
@@ -153,10 +184,9 @@ static bool known_name(const char *name, size_t n) {
 
 /* A misspelt option would otherwise be ignored without a word. */
 static void warn_unknown(void) {
-  if (environ == NULL) return;
-  for (char **e = environ; *e != NULL; e++) {
-    const char *s = *e;
-    if (strncmp(s, "HAKMEM_", 7) != 0) continue;
+  char **scan = NULL;
+  const char *s;
+  for (size_t i = 0; (s = env_entry(i, &scan)) != NULL; i++) {
     const char *eq = strchr(s, '=');
     size_t n = eq ? (size_t)(eq - s) - 7 : strlen(s) - 7;
     if (known_name(s + 7, n)) continue;
@@ -177,6 +207,7 @@ static void warn_secure_floor(void) {
 
 void hk_options_init(void) {
   bool trusted = getauxval(AT_SECURE) == 0;
+  if (trusted) env_collect();
   if (trusted) warn_unknown();
   for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
     option_desc *o = &options[i];
