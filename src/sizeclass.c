@@ -133,12 +133,12 @@ void hk_sizeclass_init(void) {
   }
   if (twin != HK_NCLASSES) hk_fatal("size classes: fewer padded classes than HK_NTWINS", NULL);
   hk_class_lut[0] = 0;
+  unsigned c = 0; /* (the classes grow with c: each entry's search starts at the last one's class) */
   for (size_t i = 1; i < sizeof(hk_class_lut); i++) {
     size_t size = i * 8; /* (size + 7) >> 3 == i for sizes in (8i-8, 8i] */
-    unsigned c = 0;
     while (hk_class_size[c] < size) c++;
     hk_class_lut[i] = (uint8_t)c;
   }
-  for (unsigned c = 0; c < HK_NCLASSES; c++) hk_class_lut_first[c] = sizeof(hk_class_lut) - 1;
+  for (c = 0; c < HK_NCLASSES; c++) hk_class_lut_first[c] = sizeof(hk_class_lut) - 1;
   for (size_t i = sizeof(hk_class_lut); i-- > 0;) hk_class_lut_first[hk_class_lut[i]] = (uint8_t)i;
 }
