@@ -43,19 +43,27 @@ PROGRAMS = [
      ["sqlite3"], {}),
     ("git log -p of this repository's last 400 commits", "git log -p -n 400", ["git"], {}),
     ("perl: a hash of 600k keys, sorted and matched", f"perl -e '{PERL}'", ["perl"], {}),
+    ("sh: 1000 processes started (/bin/true), what preloading adds to each", "for i in $(seq 1000); do /bin/true; done",
+     ["seq"], {}),
 ]
+
+
+# GNU time reports the peak RSS of the command's largest process. A
+# process started from this script would carry the script's own peak (the
+# kernel keeps a process's peak across exec), and so would wait4's figure.
+GNU_TIME = "/usr/bin/time"
 
 
 def run_once(cmd, env):
     """Wall seconds and peak RSS (MiB) of its largest process."""
     t = time.perf_counter()
-    p = subprocess.Popen(["sh", "-c", cmd], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-    _, status, ru = os.wait4(p.pid, 0)
+    p = subprocess.run([GNU_TIME, "-f", "maxrss %M", "sh", "-c", cmd], cwd=REPO, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     dt = time.perf_counter() - t
-    if status != 0:
-        sys.exit(f"programs.py: '{cmd[:60]}' failed (status {status}) with {env.get('LD_PRELOAD', 'glibc')}")
-    return dt, ru.ru_maxrss / 1024.0
+    if p.returncode != 0:
+        sys.exit(f"programs.py: '{cmd[:60]}' failed (status {p.returncode}) with {env.get('LD_PRELOAD', 'glibc')}")
+    kib = [int(line.split()[1]) for line in p.stderr.splitlines() if line.startswith("maxrss ")]
+    return dt, kib[-1] / 1024.0
 
 
 def main():
@@ -64,6 +72,8 @@ def main():
     ap.add_argument("--only", help="programs whose label contains this")
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args()
+    if not os.path.exists(GNU_TIME):
+        sys.exit(f"programs.py: {GNU_TIME} is missing (Debian: time)")
     lib = os.environ.get("HAKMEM_LIB", os.path.join(REPO, "build", "libhakmem.so"))
     if not os.path.exists(lib):
         sys.exit(f"programs.py: {lib} is missing (make build)")
@@ -103,7 +113,7 @@ def main():
     shutil.rmtree(tmp, ignore_errors=True)
     body = "\n".join([
         f"`bench/programs.py --repeats {a.repeats}`: wall time of the whole command and the peak RSS of its "
-        f"largest process, medians of {a.repeats} runs in a shuffled order; {run_label()}. The last column is "
+        f"largest process, medians of {a.repeats} runs in a shuffled order (GNU time for the RSS); {run_label()}. The last column is "
         "the fastest other allocator's time over hakmem's (above 1: hakmem is faster). CPython runs with "
         "`PYTHONMALLOC=malloc`, so that its objects come from the allocator under test rather than from its "
         "own pools. Single runs of a second or two on this shared machine vary by 10-20 %.",
