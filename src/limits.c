@@ -21,8 +21,8 @@
  * takes what hakmem holds past one region's worth (4 MiB), not at
  * start-up: a process that never holds more, as most short-lived ones do
  * (a shell, a compiler's driver), spares the dozen system calls on /proc
- * and /sys, about 60 us of its start (a fifth of what preloading hakmem
- * adds to it); until then it is held to no limit of its cgroup's. Its
+ * and /sys, a good part of what preloading hakmem adds to its start; until
+ * then it is held to no limit of its cgroup's. Its
  * limits are read then and again at most once a second, so a limit
  * changed while the program runs applies. */
 #include "internal.h"

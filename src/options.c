@@ -129,10 +129,10 @@ static const text_option_desc text_options[] = {
 };
 
 /* The environment's HAKMEM_* entries, found in one pass at start-up: each
- * option is then looked for among them, not in the whole environment (30
- * options times its few dozen entries were half of hk_init's instructions).
- * Past HAKMEM_ENV_MAX of them (no real environment has so many), the
- * whole environment is searched. */
+ * option is then looked for among them, not in the whole environment (a
+ * search of its few dozen entries for each of 30 options would be half of
+ * hk_init's instructions). Past HAKMEM_ENV_MAX of them (no real
+ * environment has so many), the whole environment is searched. */
 #define HAKMEM_ENV_MAX 64
 static const char *hakmem_env[HAKMEM_ENV_MAX];
 static size_t hakmem_env_count; /* HAKMEM_ENV_MAX + 1: more than fit */
