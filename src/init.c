@@ -125,7 +125,6 @@ void hk_fork_child(void) {
   hk_reclaim_fork_done();
   hk_profile_fork_child();
   hk_pressure_fork_child();
-  hk_limits_fork_child();
   hk_heap_fork_unlock_users();
   if (hk_fork_child_done != NULL) hk_fork_child_done(); /* (every lock usable again) */
 }

@@ -412,7 +412,6 @@ bool hk_limit_allows(size_t more);    /* may hakmem map `more` bytes? (a soft li
 uint64_t hk_limit_held(void);         /* bytes hakmem holds: regions and large mappings */
 int hk_thp_advice(size_t size, bool region); /* HAKMEM_THP's advice for a new mapping: 1, -1 or 0 */
 void hk_limits_get(uint64_t *hard, uint64_t *soft);
-void hk_limits_fork_child(void);       /* a look for the cgroup cut short by fork() starts over */
 extern _Atomic bool hk_limit_soft_crossed;
 void hk_pressure_soft(void);          /* a soft limit was crossed: give back, call the handler (pressure.c) */
 extern void (*hk_pressure_handler)(void *arg);

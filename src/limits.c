@@ -140,12 +140,6 @@ static bool cgroup_followed(uint64_t held_after) {
   return hk_load_acquire(&cg_state) == CG_FOUND && cgroup_on;
 }
 
-/* In a child forked while another thread was looking for the cgroup:
- * that thread is gone, so the child looks again when it needs to. */
-void hk_limits_fork_child(void) {
-  if (hk_load_relaxed(&cg_state) == CG_LOOKING) hk_store_relaxed(&cg_state, CG_NOT_YET);
-}
-
 /* At start-up, after the options. */
 void hk_limits_init(void) {
   if (hk_opt.cgroup_dir != NULL && strcmp(hk_opt.cgroup_dir, "none") == 0) hk_store_release(&cg_state, CG_FOUND);
