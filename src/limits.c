@@ -17,14 +17,8 @@
  *     100 ms (pressure.c).
  *
  * The cgroup is the process's own (/proc/self/cgroup), or the directory
- * HAKMEM_CGROUP_DIR names. It is looked for at the first mapping that
- * takes what hakmem holds past one region's worth (4 MiB), not at
- * start-up: a process that never holds more, as most short-lived ones do
- * (a shell, a compiler's driver), spares the dozen system calls on /proc
- * and /sys, a good part of what preloading hakmem adds to its start; until
- * then it is held to no limit of its cgroup's. Its
- * limits are read then and again at most once a second, so a limit
- * changed while the program runs applies. */
+ * HAKMEM_CGROUP_DIR names; its limits are read at start-up and again at
+ * most once a second, so a limit changed while the program runs applies. */
 #include "internal.h"
 
 #include <string.h>
@@ -32,9 +26,7 @@
 static int fd_current = -1, fd_max = -1, fd_high = -1; /* the cgroup's files (-1: none) */
 static _Atomic uint64_t cg_max = UINT64_MAX, cg_high = UINT64_MAX; /* UINT64_MAX: no limit */
 static _Atomic uint64_t cg_read_ms;   /* when they were last read */
-static bool cgroup_on;                /* a cgroup's files are open (once cg_state is CG_FOUND) */
-enum { CG_NOT_YET, CG_LOOKING, CG_FOUND };
-static _Atomic int cg_state;          /* the cgroup looked for: CG_FOUND, with or without one */
+static bool cgroup_on;                /* a cgroup's files are open */
 static int thp_system;                /* the kernel's THP mode: 0 never, 1 madvise, 2 always */
 _Atomic bool hk_limit_soft_crossed;   /* a soft limit was crossed: the slow path gives back (thread.c) */
 
@@ -122,27 +114,12 @@ static void read_cgroup(uint64_t now) {
   hk_store_relaxed(&cg_read_ms, now);
 }
 
-/* The cgroup's files opened and its limits read, once (a thread that
- * finds another one looking goes on without them this time). */
-static void cgroup_look(void) {
-  int expect = CG_NOT_YET;
-  if (!atomic_compare_exchange_strong(&cg_state, &expect, CG_LOOKING)) return;
-  const char *dir = hk_opt.cgroup_dir;
-  bool cgroup = dir == NULL ? find_cgroup() : open_cgroup(dir);
-  if (cgroup) read_cgroup(hk_os_now_ms());
-  cgroup_on = cgroup;
-  hk_store_release(&cg_state, CG_FOUND);
-}
-
-/* Is a cgroup's limit followed? (held + more: what hakmem would hold) */
-static bool cgroup_followed(uint64_t held_after) {
-  if (hk_load_relaxed(&cg_state) == CG_NOT_YET && held_after > HK_REGION_SIZE) cgroup_look();
-  return hk_load_acquire(&cg_state) == CG_FOUND && cgroup_on;
-}
-
 /* At start-up, after the options. */
 void hk_limits_init(void) {
-  if (hk_opt.cgroup_dir != NULL && strcmp(hk_opt.cgroup_dir, "none") == 0) hk_store_release(&cg_state, CG_FOUND);
+  const char *dir = hk_opt.cgroup_dir;
+  bool cgroup = dir == NULL ? find_cgroup() : strcmp(dir, "none") != 0 && open_cgroup(dir);
+  if (cgroup) read_cgroup(hk_os_now_ms());
+  cgroup_on = cgroup;
   char thp[128];
   if (hk_os_read_file("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp) > 0)
     thp_system = strstr(thp, "[always]") ? 2 : strstr(thp, "[madvise]") ? 1 : 0;
@@ -152,17 +129,16 @@ void hk_limits_init(void) {
  * a soft one crossed is noted for the slow path. */
 bool hk_limit_allows(size_t more) {
   /* (the options are read each time: hak_option_set may set them) */
-  uint64_t held = hk_limit_held();
-  bool cgroup = cgroup_followed(held + more);
-  if (!cgroup && hk_opt.memory_limit == 0 && hk_opt.memory_soft_limit == 0) return true;
+  if (!cgroup_on && hk_opt.memory_limit == 0 && hk_opt.memory_soft_limit == 0) return true;
   uint64_t now = hk_os_now_ms(), last = hk_load_relaxed(&cg_read_ms);
-  if (cgroup && fd_max >= 0 && now >= last + 1000 && atomic_compare_exchange_strong(&cg_read_ms, &last, now))
+  if (fd_max >= 0 && now >= last + 1000 && atomic_compare_exchange_strong(&cg_read_ms, &last, now))
     read_cgroup(now);
+  uint64_t held = hk_limit_held();
   bool ok = true, soft = false;
   if (hk_opt.memory_limit != 0 && held + more > (uint64_t)hk_opt.memory_limit) ok = false;
   if (hk_opt.memory_soft_limit != 0 && held + more > (uint64_t)hk_opt.memory_soft_limit) soft = true;
   uint64_t max = hk_load_relaxed(&cg_max), high = hk_load_relaxed(&cg_high);
-  if (cgroup && (max != UINT64_MAX || high != UINT64_MAX)) {
+  if (max != UINT64_MAX || high != UINT64_MAX) {
     uint64_t used = hk_os_read_number(fd_current);
     if (used != UINT64_MAX) {
       if (max != UINT64_MAX && used + more + margin(max) > max) ok = false;
@@ -193,10 +169,8 @@ int hk_thp_advice(size_t size, bool region) {
   return thp_system == 2 ? -1 : 0;
 }
 
-/* The limits in effect, for the statistics (0: none); the cgroup looked
- * for if it has not been yet. */
+/* The limits in effect, for the statistics (0: none). */
 void hk_limits_get(uint64_t *hard, uint64_t *soft) {
-  if (hk_load_relaxed(&cg_state) == CG_NOT_YET) cgroup_look();
   uint64_t max = hk_load_relaxed(&cg_max), high = hk_load_relaxed(&cg_high);
   *hard = (uint64_t)hk_opt.memory_limit;
   *soft = (uint64_t)hk_opt.memory_soft_limit;

@@ -24,11 +24,6 @@ echo $((1 << 30)) >"$dir/cg/memory.max"
 echo $((200 << 20)) >"$dir/cg/memory.high"
 echo 0 >"$dir/cg/memory.current"
 HAKMEM_CGROUP_DIR="$dir/cg" "$prog" cgroup
-# a process that holds no more than a region is held to no cgroup limit
-mkdir "$dir/full"
-echo $((1 << 30)) >"$dir/full/memory.max"
-echo $((1 << 30)) >"$dir/full/memory.current"
-HAKMEM_CGROUP_DIR="$dir/full" "$prog" small
 
 # huge pages
 never=$(HAKMEM_THP=never "$prog" thp | sed -n 's/^AnonHugePages //p')

@@ -11,10 +11,6 @@
  *                       against memory.current refuses, memory.high calls
  *                       the handler, a lowered memory.max applies within a
  *                       second
- *   test_limits small   HAKMEM_CGROUP_DIR names a cgroup already at its
- *                       memory.max: 2 MiB of small blocks come (hakmem holds
- *                       no more than a region, and looks for the cgroup only
- *                       past that), a block of 32 MiB does not
  *   test_limits fill    blocks of 1 MiB, written, until malloc returns NULL
  *                       (in a real cgroup: NULL comes before the OOM killer)
  *   test_limits thp     a 64 MiB block, written: prints its process's
@@ -113,16 +109,6 @@ int main(int argc, char **argv) {
     CHECK(handler_calls >= 1, "the handler was not called");
     free_all(n);
     printf("test_limits: soft: OK\n");
-    return 0;
-  }
-  if (strcmp(mode, "small") == 0) {
-    int n = fill(1000, 2000, true);
-    CHECK(n == 2000, "small blocks within the first region: %d of 2000", n);
-    errno = 0;
-    void *big = malloc(32 * MiB);
-    CHECK(big == NULL && errno == ENOMEM, "32 MiB in a cgroup at its memory.max: %p", big);
-    free_all(n);
-    printf("test_limits: small: OK\n");
     return 0;
   }
   if (strcmp(mode, "cgroup") == 0) {
