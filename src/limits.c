@@ -51,9 +51,13 @@ static int open_in(const char *dir, const char *name) {
   return hk_os_open_read(path);
 }
 
-/* The cgroup's files in dir: v2's, else v1's. */
-static bool open_cgroup(const char *dir) {
-  bool v2 = (fd_max = open_in(dir, "memory.max")) >= 0;
+/* The cgroup's files in dir: v2's (version 2), v1's (1), or v2's if dir
+ * has them, else v1's (0: a directory HAKMEM_CGROUP_DIR names). A known
+ * version tries no name of the other: each open costs some microseconds
+ * of every process's start. */
+static bool open_cgroup(const char *dir, int version) {
+  bool v2 = version != 1 && (fd_max = open_in(dir, "memory.max")) >= 0;
+  if (!v2 && version == 2) return false;
   if (!v2) fd_max = open_in(dir, "memory.limit_in_bytes");
   fd_high = open_in(dir, v2 ? "memory.high" : "memory.soft_limit_in_bytes");
   fd_current = open_in(dir, v2 ? "memory.current" : "memory.usage_in_bytes");
@@ -67,14 +71,14 @@ static bool open_cgroup(const char *dir) {
 }
 
 /* root followed by the path in [path, end): the cgroup's directory. */
-static bool open_cgroup_at(const char *root, const char *path, const char *end) {
+static bool open_cgroup_at(const char *root, const char *path, const char *end, int version) {
   char dir[1100];
   size_t rn = strlen(root), pn = (size_t)(end - path);
   if (rn + pn + 1 > sizeof dir) return false;
   memcpy(dir, root, rn);
   memcpy(dir + rn, path, pn);
   dir[rn + pn] = 0;
-  return open_cgroup(dir);
+  return open_cgroup(dir, version);
 }
 
 /* Does the comma-separated list in [s, e) name the memory controller? */
@@ -100,7 +104,7 @@ static bool find_cgroup(void) {
       const char *c1 = memchr(line, ':', (size_t)(end - line));
       const char *c2 = c1 != NULL ? memchr(c1 + 1, ':', (size_t)(end - c1 - 1)) : NULL;
       if (c2 != NULL && (v1 ? names_memory(c1 + 1, c2) : c2 == c1 + 1) &&
-          open_cgroup_at(v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup", c2 + 1, end))
+          open_cgroup_at(v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup", c2 + 1, end, v1 ? 1 : 2))
         return true;
       line = *end ? end + 1 : end;
     }
@@ -117,7 +121,7 @@ static void read_cgroup(uint64_t now) {
 /* At start-up, after the options. */
 void hk_limits_init(void) {
   const char *dir = hk_opt.cgroup_dir;
-  bool cgroup = dir == NULL ? find_cgroup() : strcmp(dir, "none") != 0 && open_cgroup(dir);
+  bool cgroup = dir == NULL ? find_cgroup() : strcmp(dir, "none") != 0 && open_cgroup(dir, 0);
   if (cgroup) read_cgroup(hk_os_now_ms());
   cgroup_on = cgroup;
   char thp[128];
