@@ -142,6 +142,27 @@ int hak_stats_get(struct hak_stats *out, size_t size);
  * return of size or more means buf was too small. */
 size_t hak_stats_json(char *buf, size_t size);
 
+/* ---- what each thread allocated (docs/STATS.md) ----
+ * hak_thread_stats(tid, &t, sizeof t) fills t with the live blocks thread
+ * tid (its kernel id, gettid(); 0: the calling thread) allocated and no
+ * thread has freed since: from its own heap (a heap of the program's, see
+ * hak_heap_use, counts its own blocks). Blocks count as in hak_stats_get.
+ * Exact as hak_stats_get's figures are, whichever threads free the blocks,
+ * when the program runs with HAKMEM_THREAD_STATS=1 (t.exact is 1), which
+ * gives up the thread cache of other threads' freed blocks for it. Without
+ * it, a block another thread freed may still count for a while (up to
+ * 256 KiB of them per freeing thread), and so may an exited thread's
+ * blocks in memory this thread took over. Returns 0, or -1 with errno
+ * EINVAL (size below sizeof t) or ESRCH (no thread tid with a heap: one
+ * that has allocated nothing, or has exited). */
+struct hak_thread_stats {
+  unsigned long long tid;
+  unsigned long long live_blocks, live_bytes;             /* all its live blocks */
+  unsigned long long large_live_blocks, large_live_bytes; /* of them, those mapped one by one */
+  int exact;                                              /* HAKMEM_THREAD_STATS=1 */
+};
+int hak_thread_stats(long tid, struct hak_thread_stats *out, size_t size);
+
 /* ---- the sampling heap profiler (docs/PROFILE.md) ----
  * With HAKMEM_PROFILE=1, writes the heap profile now: to `path` (NULL: the
  * file HAKMEM_PROFILE_FILE names; %p: the pid) in the text format

@@ -177,11 +177,13 @@ uint32_t hk_abandoned_empty(void) { return hk_load_relaxed(&abandoned_empty); }
  * blocks are memory handed out already, and its other blocks have had the
  * longest to come back), else, unless used_only, the empty page that
  * emptied last, the likeliest to be committed and in the caches: the
- * older ones age out and go back (hk_abandoned_sweep). */
+ * older ones age out and go back (hk_abandoned_sweep). With
+ * HAKMEM_THREAD_STATS only empty ones: the live blocks of a page count to
+ * its owner (inspect.c), and an exited thread's are no other thread's. */
 hk_page *hk_abandoned_adopt(hk_heap *h, unsigned cls, bool used_only) {
   if (hk_load_relaxed(&abandoned_count[cls]) == 0) return NULL;
   hk_lock(abandoned_lock(cls));
-  hk_page *p = used_pages[cls].first;
+  hk_page *p = hk_thread_stats ? NULL : used_pages[cls].first;
   if (p != NULL) {
     hk_list_remove(&used_pages[cls], p);
   } else if (!used_only && (p = empty_pages[cls].last) != NULL) {

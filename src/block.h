@@ -13,6 +13,7 @@
 /* the tables and globals these operations read */
 extern bool hk_secure;                /* HAKMEM_SECURE >= 1, fixed at initialisation */
 extern bool hk_secure_zero;           /* HAKMEM_SECURE == 2 */
+extern bool hk_thread_stats;          /* HAKMEM_THREAD_STATS, fixed at initialisation (inspect.c) */
 extern bool hk_free_checks;           /* hk_secure, or the profiler on: hk_free_to_cache and a page's
                                          emptying have more to do (remote.c, queue.c); one test for both */
 extern char *hk_arena_base;

@@ -42,12 +42,39 @@ static hk_heap *heap_carve(void) {
   return h;
 }
 
+/* Does a pooled sample heap still hold sampled blocks? (Its frees go
+ * straight back to its pages: it stashes and caches none.) */
+static bool holds_samples(const hk_heap *h) {
+  for (unsigned c = 0; c <= HK_NCLASSES; c++)
+    for (const hk_page *p = c < HK_NCLASSES ? h->queues[c].first : h->full.first; p != NULL; p = p->next) {
+      uintptr_t remote = hk_load_acquire(&((hk_page *)p)->remote);
+      if ((remote & HK_REMOTE_STATE_MASK) != HK_PAGE_RECLAIMED &&
+          hk_page_used(p) != (uint32_t)(remote >> HK_REMOTE_COUNT_SHIFT))
+        return true;
+    }
+  return false;
+}
+
+/* How many pooled sample heaps a thread looks through for one without
+ * samples (HAKMEM_THREAD_STATS) before it makes a new one. */
+#define SAMPLE_POOL_LOOK 8
+
 /* A sample heap for the calling thread (profile.c): one an exited thread
- * left, or a new one, which no thread owns (tid 0: never reaped). */
+ * left, or a new one, which no thread owns (tid 0: never reaped). With
+ * HAKMEM_THREAD_STATS, only one whose samples have all been freed: a
+ * sample heap's live blocks count to the thread that uses it (inspect.c). */
 hk_heap *hk_sample_heap_take(void) {
   hk_lock(&hk_heap_lock);
-  hk_heap *h = sample_pool;
-  if (h != NULL) sample_pool = h->pool_next;
+  hk_heap **at = &sample_pool;
+  for (unsigned n = 0; hk_thread_stats && *at != NULL && holds_samples(*at); n++) {
+    if (n + 1 == SAMPLE_POOL_LOOK) {
+      at = NULL;
+      break;
+    }
+    at = &(*at)->pool_next;
+  }
+  hk_heap *h = at != NULL ? *at : NULL;
+  if (h != NULL) *at = h->pool_next;
   hk_unlock(&hk_heap_lock);
   if (h != NULL) return h;
   h = hk_heap_new(false);

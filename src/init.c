@@ -37,8 +37,12 @@ void hk_init(void) {
   hk_secure = hk_opt.secure >= 1;
   hk_secure_zero = hk_opt.secure >= 2;
   hk_free_checks = hk_secure;
-  /* zero mode keeps no cache of remote-freed blocks (remote.c) */
-  if (hk_secure_zero) memset(hk_class_cache_max, 0, sizeof hk_class_cache_max);
+  hk_thread_stats = hk_opt.thread_stats != 0;
+  /* zero mode keeps no cache of remote-freed blocks (remote.c); nor does
+   * the exact per-thread accounting, which counts a freed block out of its
+   * allocating thread's figures only once it is back on its page
+   * (inspect.c) */
+  if (hk_secure_zero || hk_thread_stats) memset(hk_class_cache_max, 0, sizeof hk_class_cache_max);
   hk_keys_init();
   hk_region_init();
   hk_purger_init(hk_pressure_purge_pass, hk_pressure_pending);

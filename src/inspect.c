@@ -34,22 +34,32 @@ static unsigned size_of_class(unsigned c) { return c < HK_NCLASSES ? hk_class_ba
 
 #define PEEK(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
-static void tally_page(const hk_page *page, void *arg) {
-  class_tally *t = arg;
-  unsigned c = size_of_class(PEEK(page->cls));
-  if (c >= HK_NSIZES) return;
-  t->pages[c]++;
-  t->page_bytes[c] += (uint64_t)PEEK(page->nslabs) << HK_SLAB_SHIFT;
-  uint32_t capacity = PEEK(page->capacity);
+/* The blocks of page that are live, and its class (*cls: HK_NSIZES, none):
+ * -1 for a page with no count yet or all free. */
+static int64_t page_live(const hk_page *page, unsigned *cls, uint32_t *capacity) {
+  *cls = size_of_class(PEEK(page->cls));
+  *capacity = PEEK(page->capacity);
   uintptr_t remote = hk_load_acquire(&((hk_page *)page)->remote);
   /* a span just taken (`used` not set yet), or a page whose blocks all came
    * back by remote frees and that its last freer gives back (remote.c) */
-  if (capacity == 0 || (remote & HK_REMOTE_STATE_MASK) == HK_PAGE_RECLAIMED) return;
+  if (*cls >= HK_NSIZES || *capacity == 0 || (remote & HK_REMOTE_STATE_MASK) == HK_PAGE_RECLAIMED) return -1;
   hk_page copy;
   copy.used = PEEK(page->used);
   int64_t live = (int64_t)hk_page_used(&copy) - (int64_t)(remote >> HK_REMOTE_COUNT_SHIFT);
   if (live < 0) live = 0;
-  if (live > capacity) live = capacity;
+  if (live > *capacity) live = *capacity;
+  return live;
+}
+
+static void tally_page(const hk_page *page, void *arg) {
+  class_tally *t = arg;
+  unsigned c;
+  uint32_t capacity;
+  int64_t live = page_live(page, &c, &capacity);
+  if (c >= HK_NSIZES) return;
+  t->pages[c]++;
+  t->page_bytes[c] += (uint64_t)PEEK(page->nslabs) << HK_SLAB_SHIFT;
+  if (live < 0) return;
   t->live[c] += live;
   t->carved[c] += capacity;
 }
@@ -139,6 +149,144 @@ static void collect(void) {
   s->regions_unmapped = LOAD(regions_unmapped);
 }
 
+/* ---- what each thread allocated (hak_thread_stats) ----
+ * A thread's live blocks are the live blocks of the pages its heap owns
+ * and of those of its sample heap (profile.c), counted as tally_page
+ * counts them, less the freed blocks of its pages that its stash holds and
+ * that any heap's quarantine holds; plus its live large blocks, which
+ * large.c counts per heap. Blocks it allocated from a heap of the
+ * program's (hak_heap_use) are that heap's. The pages' counts are exact
+ * when every block another thread frees goes straight back to its page,
+ * and no page or sample heap with live blocks passes to another thread:
+ * with HAKMEM_THREAD_STATS (no thread cache of other heaps' blocks,
+ * abandoned.c adopts only empty pages, heap.c takes over only sample heaps
+ * without samples). Without it, a block that another thread freed and
+ * keeps in its cache (HK_CACHE_BYTES at most, per thread) still counts to
+ * its allocating thread, and so do an exited thread's live blocks in a
+ * page or sample heap another thread took over. */
+static uint64_t thread_walk; /* the walk's number (under the statistics' hold) */
+
+static void tally_add(hk_heap *h, int64_t blocks, int64_t bytes) {
+  if (h->tally_walk != thread_walk) {
+    h->tally_walk = thread_walk;
+    h->tally_blocks = h->tally_bytes = 0;
+  }
+  h->tally_blocks += blocks;
+  h->tally_bytes += bytes;
+}
+
+static void tally_thread_page(const hk_page *page, void *arg) {
+  (void)arg;
+  hk_heap *owner = hk_owner_untag(hk_load_relaxed(&((hk_page *)page)->heap));
+  unsigned c;
+  uint32_t capacity;
+  int64_t live = page_live(page, &c, &capacity);
+  if (owner != NULL && live > 0) tally_add(owner, live, live * (int64_t)hk_class_size[c]);
+}
+
+/* Every heap's sums, of a new walk. */
+static void tally_threads(void) {
+  thread_walk++;
+  hk_region_each_page(tally_thread_page, NULL);
+  hk_lock(&hk_heap_lock);
+  for (hk_heap *h = hk_all_heaps; h != NULL; h = h->all_next) {
+    for (unsigned c = 0; c < HK_NCLASSES; c++) {
+      int64_t n = PEEK(h->stash_count[c]);
+      if (n != 0) tally_add(h, -n, -n * (int64_t)hk_class_size[size_of_class(c)]);
+    }
+    for (unsigned i = 0; i < HK_QUARANTINE; i++) {
+      hk_page *page = (hk_page *)(PEEK(h->quarantine[i].page) & ~(uintptr_t)1); /* (bit 0: remote.c's) */
+      if (PEEK(h->quarantine[i].block) == NULL || page == NULL) continue;
+      hk_heap *owner = hk_owner_untag(hk_load_relaxed(&page->heap));
+      unsigned c = size_of_class(PEEK(page->cls));
+      if (owner != NULL && c < HK_NSIZES) tally_add(owner, -1, -(int64_t)hk_class_size[c]);
+    }
+  }
+  hk_unlock(&hk_heap_lock);
+}
+
+/* h's thread's figures from the walk's sums (under hk_heap_lock): h is a
+ * thread's heap. */
+static void thread_figures(hk_heap *h, struct hak_thread_stats *t) {
+  memset(t, 0, sizeof *t);
+  t->tid = (unsigned long long)hk_load_relaxed(&h->tid);
+  int64_t blocks = 0, bytes = 0;
+  hk_heap *sample = PEEK(h->sample_heap);
+  const hk_heap *of[2] = {h, sample};
+  for (unsigned i = 0; i < 2; i++)
+    if (of[i] != NULL && of[i]->tally_walk == thread_walk) {
+      blocks += of[i]->tally_blocks;
+      bytes += of[i]->tally_bytes;
+    }
+  uint64_t large_blocks, large_bytes;
+  hk_large_thread_sum(h, &large_blocks, &large_bytes);
+  t->large_live_blocks = large_blocks;
+  t->large_live_bytes = large_bytes;
+  t->live_blocks = (blocks > 0 ? (uint64_t)blocks : 0) + large_blocks;
+  t->live_bytes = (bytes > 0 ? (uint64_t)bytes : 0) + large_bytes;
+  t->exact = hk_thread_stats;
+}
+
+/* Is h a thread's of this process now? (tid 0: the late heap, sample heaps,
+ * heaps of the program's, a forked child's copies of its parent's other
+ * threads' heaps) */
+static bool thread_heap(const hk_heap *h) {
+  return h->kind == HK_HEAP_THREAD && hk_load_relaxed(&h->live) != 0 && hk_load_relaxed(&h->tid) != 0;
+}
+
+HK_API int hak_thread_stats(long tid, struct hak_thread_stats *out, size_t size) {
+  if (out == NULL || size < sizeof *out || tid < 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  hk_init();
+  bool self = tid == 0 || tid == hk_os_tid();
+  if (tid == 0) tid = hk_os_tid();
+  bool found = false;
+  hk_pressure_hold();
+  tally_threads();
+  hk_lock(&hk_heap_lock);
+  for (hk_heap *h = hk_all_heaps; h != NULL && !found; h = h->all_next)
+    if (thread_heap(h) && hk_load_relaxed(&h->tid) == tid) {
+      thread_figures(h, out);
+      found = true;
+    }
+  hk_unlock(&hk_heap_lock);
+  hk_pressure_unhold();
+  if (!found && self) { /* a thread that has not allocated yet */
+    memset(out, 0, sizeof *out);
+    out->tid = (unsigned long long)tid;
+    out->exact = hk_thread_stats;
+    found = true;
+  }
+  if (!found) errno = ESRCH;
+  return found ? 0 : -1;
+}
+
+/* The threads with the most live bytes, most first (for the reports). */
+#define THREADS_LISTED 16
+typedef struct {
+  struct hak_thread_stats of[THREADS_LISTED];
+  size_t n;
+} thread_list;
+
+static void threads_get(thread_list *l) {
+  l->n = 0;
+  tally_threads();
+  hk_lock(&hk_heap_lock);
+  for (hk_heap *h = hk_all_heaps; h != NULL; h = h->all_next) {
+    if (!thread_heap(h)) continue;
+    struct hak_thread_stats t;
+    thread_figures(h, &t);
+    size_t i = l->n < THREADS_LISTED ? l->n++ : THREADS_LISTED;
+    if (i == THREADS_LISTED && t.live_bytes <= l->of[THREADS_LISTED - 1].live_bytes) continue;
+    if (i == THREADS_LISTED) i--;
+    for (; i > 0 && l->of[i - 1].live_bytes < t.live_bytes; i--) l->of[i] = l->of[i - 1];
+    l->of[i] = t;
+  }
+  hk_unlock(&hk_heap_lock);
+}
+
 HK_API int hak_stats_get(struct hak_stats *out, size_t size) {
   if (out == NULL || size < HAK_STATS_MIN_SIZE) {
     errno = EINVAL;
@@ -196,7 +344,7 @@ typedef struct {
 
 static void labels_get(labels *l) { l->n = hk_user_heap_labels(l->of, LABELS_MAX); }
 
-static void write_json(text *o, const struct hak_stats *s, const labels *l) {
+static void write_json(text *o, const struct hak_stats *s, const labels *l, const thread_list *t) {
   puts_(o, "{\"hakmem\":\"" HK_VERSION_STRING "\"");
   field(o, "version", s->version);
   field(o, "pid", (uint64_t)hk_os_pid());
@@ -238,6 +386,19 @@ static void write_json(text *o, const struct hak_stats *s, const labels *l) {
     field(o, "large_bytes", k->large_bytes);
     puts_(o, "}");
   }
+  puts_(o, "],\"thread_stats_exact\":");
+  puts_(o, hk_thread_stats ? "true" : "false");
+  puts_(o, ",\"thread_live\":[");
+  for (size_t i = 0; i < t->n; i++) {
+    const struct hak_thread_stats *k = &t->of[i];
+    puts_(o, i == 0 ? "{\"tid\":" : ",{\"tid\":");
+    put_dec(o, k->tid);
+    field(o, "live_blocks", k->live_blocks);
+    field(o, "live_bytes", k->live_bytes);
+    field(o, "large_live_blocks", k->large_live_blocks);
+    field(o, "large_live_bytes", k->large_live_bytes);
+    puts_(o, "}");
+  }
   puts_(o, "]}\n");
 }
 
@@ -247,8 +408,10 @@ HK_API size_t hak_stats_json(char *buf, size_t size) {
   labels_get(&l);
   hk_pressure_hold();
   collect();
+  thread_list t;
+  threads_get(&t);
   text o = {buf, size, 0};
-  write_json(&o, &stats, &l);
+  write_json(&o, &stats, &l, &t);
   hk_pressure_unhold();
   /* the terminating NUL, and no newline: one object */
   size_t len = o.len - 1;
@@ -271,7 +434,7 @@ static void line(int fd, const char *name, uint64_t v, const char *unit) {
 
 static void say(int fd, const char *s) { hk_os_write(fd, s, strlen(s)); }
 
-static void print_text(int fd, const hk_usage *u, const struct hak_stats *s, const labels *l) {
+static void print_text(int fd, const hk_usage *u, const struct hak_stats *s, const labels *l, const thread_list *tl) {
   hk_heap_stats t = u->self;
   hk_stats_add_exited(&t);
   char head[200];
@@ -353,6 +516,24 @@ static void print_text(int fd, const hk_usage *u, const struct hak_stats *s, con
     puts_(&o, " B held\n");
     hk_os_write(fd, buf, o.len < o.size ? o.len : o.size);
   }
+  for (size_t i = 0; i < tl->n; i++) {
+    const struct hak_thread_stats *k = &tl->of[i];
+    if (i == 0)
+      say(fd, hk_thread_stats ? "hakmem: live by thread (the most first)\n"
+                              : "hakmem: live by thread (the most first; inexact without HAKMEM_THREAD_STATS=1)\n");
+    char buf[200];
+    text o = {buf, sizeof buf, 0};
+    puts_(&o, "hakmem:   thread ");
+    put_dec(&o, k->tid);
+    puts_(&o, ": ");
+    put_dec(&o, k->live_bytes);
+    puts_(&o, " B live in ");
+    put_dec(&o, k->live_blocks);
+    puts_(&o, " blocks (");
+    put_dec(&o, k->large_live_bytes);
+    puts_(&o, " B in large blocks)\n");
+    hk_os_write(fd, buf, o.len < o.size ? o.len : o.size);
+  }
   say(fd, "hakmem: options\n");
   hk_options_print(fd);
 }
@@ -364,14 +545,16 @@ static void stats_print(const hk_usage *u) {
   labels_get(&l);
   hk_pressure_hold();
   collect();
+  thread_list t;
+  threads_get(&t);
   int fd = hk_stats_report_fd();
   if (hk_opt.stats == 2) {
     static char buf[32 << 10]; /* (enough for every class; a longer text is cut) */
     text o = {buf, sizeof buf, 0};
-    write_json(&o, &stats, &l);
+    write_json(&o, &stats, &l, &t);
     hk_os_write(fd, buf, o.len < o.size ? o.len : o.size);
   } else {
-    print_text(fd, u, &stats, &l);
+    print_text(fd, u, &stats, &l, &t);
   }
   hk_stats_report_done(fd);
   hk_pressure_unhold();

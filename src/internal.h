@@ -376,6 +376,7 @@ hk_heap *hk_large_heap_of(const hk_region *r);       /* its user heap, or NULL *
 void hk_large_free_heap(hk_heap *h);                 /* free a user heap's large blocks */
 size_t hk_large_heap_blocks(hk_heap *h, void **out, size_t max); /* its live ones */
 void hk_large_heap_sum(hk_heap *h, unsigned long long *blocks, unsigned long long *bytes, unsigned long long *mapped); /* ... added up */
+void hk_large_thread_sum(hk_heap *h, uint64_t *blocks, uint64_t *bytes); /* ... its thread's live large blocks */
 
 /* ---- profile.c: the sampling heap profiler ---- */
 void hk_profile_init(void);        /* at start-up: HAKMEM_PROFILE */

@@ -311,11 +311,59 @@ static void heap_unlink_locked(hk_region *r) {
   r->large_heap = NULL;
 }
 
+/* ---- a thread's live large blocks (hak_thread_stats, inspect.c) ----
+ * A large block counts to the thread whose heap allocated it for as long
+ * as that thread owns the heap: its header names the heap and the heap's
+ * ownership number then (`live`), and the heap counts the blocks and the
+ * bytes asked for, for the owner its thread_large_owner names. The
+ * allocating thread raises the counts; a free, from any thread, checks the
+ * number and lowers them in one step under hk_large_lock, under which a
+ * new owner's first large block also clears the counts and names it, so
+ * that no free lands on a later owner's counts. */
+static void thread_count(hk_region *r, size_t size) {
+  hk_heap *h = hk_tls_heap;
+  uint32_t live = hk_load_relaxed(&h->live);
+  r->large_thread = NULL;
+  /* (hk_heap_empty: live 0; a heap no thread owns: tid 0) */
+  if (h->kind != HK_HEAP_THREAD || live == 0 || hk_load_relaxed(&h->tid) == 0) return;
+  if (hk_load_relaxed(&h->thread_large_owner) != live) {
+    hk_lock(&hk_large_lock);
+    hk_store_relaxed(&h->thread_large_bytes, 0);
+    hk_store_relaxed(&h->thread_large_blocks, 0);
+    hk_store_relaxed(&h->thread_large_owner, live);
+    hk_unlock(&hk_large_lock);
+  }
+  r->large_thread = h;
+  r->large_owner = live;
+  hk_add_relaxed(&h->thread_large_bytes, size);
+  hk_add_relaxed(&h->thread_large_blocks, 1);
+}
+
+/* r's bytes change from `from` to `to`, or (freed) it is freed; under
+ * hk_large_lock. */
+static void thread_recount_locked(hk_region *r, size_t from, size_t to, bool freed) {
+  hk_heap *h = r->large_thread;
+  if (h == NULL) return;
+  if (hk_load_relaxed(&h->live) == r->large_owner) {
+    hk_add_relaxed(&h->thread_large_bytes, (freed ? 0 : to) - from); /* (modulo 2^64) */
+    if (freed) hk_sub_relaxed(&h->thread_large_blocks, 1);
+  }
+  if (freed) r->large_thread = NULL;
+}
+
+void hk_large_thread_sum(hk_heap *h, uint64_t *blocks, uint64_t *bytes) {
+  bool counted = hk_load_relaxed(&h->thread_large_owner) == hk_load_relaxed(&h->live);
+  *blocks = counted ? hk_load_relaxed(&h->thread_large_blocks) : 0;
+  *bytes = counted ? hk_load_relaxed(&h->thread_large_bytes) : 0;
+}
+
 /* p, a large block of 16-byte alignment (its header is its 4 MiB
- * unit's) that hk_large_alloc just returned, becomes heap h's. */
+ * unit's) that hk_large_alloc just returned, becomes heap h's (and no
+ * thread's). */
 void hk_large_join_heap(void *p, hk_heap *h) {
   hk_region *r = hk_region_of(p);
   hk_lock(&hk_large_lock);
+  thread_recount_locked(r, r->user_size, 0, true);
   heap_link_locked(r, h);
   hk_unlock(&hk_large_lock);
 }
@@ -842,6 +890,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   r->large_state = HK_LARGE_LIVE;
   r->large_sampled = 0;
   r->large_heap = NULL;
+  thread_count(r, size);
   hk_add_relaxed(&live_asked, size);
   hk_add_relaxed(&live_blocks, 1);
   hk_stat_add(large_allocs, 1);
@@ -875,6 +924,7 @@ void hk_large_free(hk_region *r, void *p) {
   hk_sub_relaxed(&live_asked, r->user_size);
   hk_sub_relaxed(&live_blocks, 1);
   heap_unlink_locked(r);
+  thread_recount_locked(r, r->user_size, 0, true);
   if (r->large_detached) {
     hk_list_remove(&detached, r);
     hk_unlock(&hk_large_lock);
@@ -913,8 +963,14 @@ void hk_large_free(hk_region *r, void *p) {
  * (docs/SAFETY.md); a reused cached mapping may be bigger. */
 size_t hk_large_usable(hk_region *r) { return hk_secure ? r->user_size : r->block_end - r->user_offset; }
 
-static void resize_asked(hk_region *r, size_t size) {
+/* The block's size becomes `size`; locked: the caller holds hk_large_lock. */
+static void resize_asked(hk_region *r, size_t size, bool locked) {
   hk_add_relaxed(&live_asked, size - r->user_size); /* modulo 2^64 */
+  if (r->large_thread != NULL) {
+    if (!locked) hk_lock(&hk_large_lock);
+    thread_recount_locked(r, r->user_size, size, false);
+    if (!locked) hk_unlock(&hk_large_lock);
+  }
   r->user_size = size;
 }
 
@@ -930,7 +986,7 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   size_t old = r->map_size;
   if (need + HK_GUARD <= old) {
     if (need > r->block_end && !move_tail_guard(r, need)) return NULL;
-    resize_asked(r, size);
+    resize_asked(r, size, false);
     canaries_mark(r);
     return p;
   }
@@ -953,7 +1009,7 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   hk_stat_add(large_remaps, 1);
   n->map_size = want;
   n->block_end = want - HK_GUARD;
-  resize_asked(n, size);
+  resize_asked(n, size, false);
   canaries_mark(n);
   hk_stat_peak(&hk_stats.large_peak_bytes,
                hk_add_relaxed(&hk_stats.large_mapped_bytes, want - old) + want - old);
@@ -985,6 +1041,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
     r->block_end = need;
     if (!give_back) tail_note_locked(r, now);
     listed = r->large_tail;
+    resize_asked(r, size, true);
   }
   hk_unlock(&hk_large_lock);
   if (in_place) {
@@ -992,7 +1049,6 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
       hk_sub_relaxed(&hk_stats.large_mapped_bytes, r->map_size - need);
       r->map_size = need;
     }
-    resize_asked(r, size);
     if (listed) hk_purger_notify(); /* (realloc may start the purger, free() may not) */
     return p;
   }
@@ -1015,7 +1071,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   hk_stat_add(large_remaps, 1);
   n->map_size = want;
   n->block_end = need;
-  resize_asked(n, size);
+  resize_asked(n, size, false);
   hk_stat_peak(&hk_stats.large_peak_bytes,
                hk_add_relaxed(&hk_stats.large_mapped_bytes, want - old) + want - old);
   return (char *)n + n->user_offset;

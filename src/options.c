@@ -12,6 +12,7 @@
 bool hk_free_checks; /* hk_init sets it in hardened mode, hk_profile_load with the profiler */
 bool hk_secure;      /* HAKMEM_SECURE >= 1 (hk_init sets both from hk_opt.secure) */
 bool hk_secure_zero; /* HAKMEM_SECURE == 2 */
+bool hk_thread_stats; /* HAKMEM_THREAD_STATS (hk_init sets it) */
 
 #include <errno.h>
 #include <string.h>
@@ -72,6 +73,9 @@ static option_desc options[] = {
    "milliseconds between two lines of HAKMEM_TIMELINE_FILE", NULL, true},
   {"REGION_LISTS", &hk_opt.region_lists, 0, 0, HK_REGION_LISTS_MAX,
    "region lists of a lock each; 0: one per CPU the process may run on, 8 to 64", NULL, false},
+  {"THREAD_STATS", &hk_opt.thread_stats, 0, 0, 1,
+   "per-thread live bytes exact across cross-thread frees (hak_thread_stats): no thread cache of other threads' blocks",
+   NULL, false},
 };
 
 static bool parse_long(const char *s, long *out) {

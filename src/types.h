@@ -226,7 +226,12 @@ typedef struct hk_region {
       uint64_t zero_guard[2];    /* = pages[0].carved_bound/back/nslabs/cls/block_size: always 0 */
       uint32_t magic;
       uint32_t kind;
-      struct hk_region_info *info; /* small regions: the span search's view (region.c) */
+      union {
+        struct hk_region_info *info; /* small regions: the span search's view (region.c) */
+        /* large blocks: the thread's heap that allocated it (NULL: counted
+         * to no thread), for the thread's large counts (large.c) */
+        struct hk_heap *large_thread;
+      };
       /* large blocks (large.c) */
       struct hk_region *next, *prev; /* the detached list, or a chain of mappings to unmap (large.c) */
       size_t map_size;           /* bytes mapped from the region base */
@@ -249,8 +254,12 @@ typedef struct hk_region {
       };
       size_t block_end;          /* live: the block's usable bytes end at base + block_end; a
                                     mapping reused whole keeps its tail beyond for a larger block */
-      _Atomic uint64_t *block_map; /* hardened mode, small regions: the block map (secure.h),
-                                    mapped apart */
+      union {
+        _Atomic uint64_t *block_map; /* hardened mode, small regions: the block map (secure.h),
+                                        mapped apart */
+        uint32_t large_owner;    /* large blocks: large_thread's ownership number (its `live`)
+                                    when it allocated the block */
+      };
       /* live large blocks of a heap the program made (user_heap.c): that
        * heap, and its list of them (hk_large_lock) */
       struct hk_heap *large_heap;
@@ -405,6 +414,16 @@ typedef struct hk_heap {
   _Atomic int tid;                /* that thread's kernel id (0: never reaped: the shared late
                                      heap, the parent's other threads' heaps in a forked child) */
   _Atomic uint64_t reap_checked_ms; /* when the reaper last asked whether the thread is gone */
+  /* the live large blocks its thread allocated, counted for the owner
+   * numbered thread_large_owner (large.c: set, with the counts cleared, by
+   * a new owner's first large block; lowered by any thread's free; under
+   * hk_large_lock) */
+  _Atomic uint64_t thread_large_bytes, thread_large_blocks;
+  _Atomic uint32_t thread_large_owner;
+  /* the live blocks of its pages, summed by the per-thread statistics' walk
+   * numbered tally_walk (inspect.c, under the statistics' hold) */
+  uint64_t tally_walk;
+  int64_t tally_blocks, tally_bytes;
   /* a heap the program made (HK_HEAP_USER, user_heap.c); set up by hk_user_heap_new */
   _Atomic uint32_t user_lock;     /* every call on the heap but free() runs under it (a spin
                                      lock: user_heap.c) */
@@ -441,6 +460,7 @@ typedef struct hk_options {
   hk_option secure;            /* HAKMEM_SECURE */
   hk_option arena_mb;          /* HAKMEM_ARENA_MB */
   hk_option region_lists;      /* HAKMEM_REGION_LISTS */
+  hk_option thread_stats;      /* HAKMEM_THREAD_STATS */
   const char *stats_file; /* HAKMEM_STATS_FILE (NULL: stderr) */
   hk_option profile;           /* HAKMEM_PROFILE */
   hk_option profile_rate;      /* HAKMEM_PROFILE_RATE */

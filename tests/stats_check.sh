@@ -2,6 +2,8 @@
 # The statistics' formats, checked by other programs' parsers:
 #   hak_stats_json's text and HAKMEM_STATS=json's report against
 #   docs/stats.schema.json (python3-jsonschema), with their sums;
+#   the per-thread list sorted, and within the process's live bytes when
+#   exact (HAKMEM_THREAD_STATS=1);
 #   malloc_info's XML (python3's xml.etree) in glibc's elements;
 #   HAKMEM_STATS_FILE: one report per process, a forked or executed
 #   process's under NAME.PID, %p replaced by the pid; the text report names
@@ -30,6 +32,11 @@ for path in sys.argv[2:]:
     assert all(c["live_bytes"] == c["live_blocks"] * c["block_size"] for c in k), path
     assert [c["block_size"] for c in k] == sorted(set(c["block_size"] for c in k)), path
     assert doc["mapped_bytes"] == doc["region_bytes"] + doc["large_mapped_bytes"], path
+    t = doc["thread_live"]
+    assert [x["live_bytes"] for x in t] == sorted((x["live_bytes"] for x in t), reverse=True), path
+    assert all(x["large_live_bytes"] <= x["live_bytes"] and x["large_live_blocks"] <= x["live_blocks"] for x in t), path
+    if doc["thread_stats_exact"]: # (the threads' blocks are among the process's)
+        assert sum(x["live_bytes"] for x in t) <= doc["live_bytes"], path
     print("ok %s: pid %d (%s), %d live bytes, %d classes" % (path, doc["pid"], doc["program"], doc["live_bytes"], len(k)))
 PY
 }
@@ -59,6 +66,9 @@ PY
 # 2. at exit, to stderr
 HAKMEM_STATS=json LD_PRELOAD=$lib "$prog" >/dev/null 2>"$dir/stderr.json"
 validate "$dir/stderr.json"
+HAKMEM_STATS=json HAKMEM_THREAD_STATS=1 LD_PRELOAD=$lib "$prog" >/dev/null 2>"$dir/threads.json"
+validate "$dir/threads.json"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["thread_stats_exact"] and d["thread_live"], d["thread_live"]' "$dir/threads.json"
 
 # 3. to a file: bash (its report under the name), a program it executes, a
 # subshell it forks and the program that one executes (NAME.PID each)
@@ -88,6 +98,7 @@ pid=${1#"$dir/t."}; pid=${pid%.txt}
 head -1 "$1" | grep -q "^hakmem: statistics (hakmem [0-9.]*) of process $pid (${prog##*/})$" ||
   { echo "FAIL: the text report's first line: $(head -1 "$1")"; exit 1; }
 grep -q "^hakmem:   live bytes" "$1" || { echo "FAIL: no live bytes in the text report"; exit 1; }
+grep -q "^hakmem:   thread $pid: [0-9]* B live in" "$1" || { echo "FAIL: no live bytes of the main thread in the text report"; exit 1; }
 grep -q "^  HAKMEM_STATS_FILE=$dir/t.%p.txt$" "$1" || { echo "FAIL: the text report does not list HAKMEM_STATS_FILE"; exit 1; }
 echo "ok: text report names process $pid"
 echo "stats_check: OK"
