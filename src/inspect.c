@@ -231,7 +231,7 @@ static void thread_figures(hk_heap *h, struct hak_thread_stats *t) {
  * heaps of the program's, a forked child's copies of its parent's other
  * threads' heaps) */
 static bool thread_heap(const hk_heap *h) {
-  return h->kind == HK_HEAP_THREAD && hk_load_relaxed(&h->live) != 0 && hk_load_relaxed(&h->tid) != 0;
+  return PEEK(h->kind) == HK_HEAP_THREAD && hk_load_relaxed(&h->live) != 0 && hk_load_relaxed(&h->tid) != 0;
 }
 
 HK_API int hak_thread_stats(long tid, struct hak_thread_stats *out, size_t size) {

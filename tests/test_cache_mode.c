@@ -123,8 +123,8 @@ static void heapless_consumer(void) {
 }
 
 int main(void) {
-  if (hk_secure) { /* no cache in hardened mode (init.c) */
-    printf("test_cache_mode: hardened mode keeps no cache: skipped\n");
+  if (hk_secure || hk_thread_stats) { /* no cache in hardened mode, nor with HAKMEM_THREAD_STATS (init.c) */
+    printf("test_cache_mode: %s keeps no cache: skipped\n", hk_secure ? "hardened mode" : "HAKMEM_THREAD_STATS");
     return 0;
   }
   heapless_consumer();

@@ -269,7 +269,8 @@ static void test_idle_owners(void) {
  * src/remote.c), the blocks of another thread's page freed here are this
  * thread's next blocks of the class, before the free blocks of its own
  * current page: last freed, first reused, while they are hot in this
- * core's cache. Not in hardened mode, which keeps no such cache; nor for
+ * core's cache. Not in hardened mode or with HAKMEM_THREAD_STATS, which
+ * keep no such cache; nor for
  * the blocks of an owner idle by the freer's clock (next test), so the
  * owner here is a thread whose heap is younger than the freer's: with the
  * main thread as the owner, whose heap's clock had last moved during
@@ -328,6 +329,11 @@ static bool test_remote_reuse(void) {
   if (hardened) {
     printf("remote reuse: hardened mode, no cache of remote-freed blocks\n");
     return true;
+  }
+  const char *exact = getenv("HAKMEM_THREAD_STATS"); /* (docs/STATS.md: no such cache either) */
+  if (exact != NULL && strcmp(exact, "0") != 0) {
+    printf("remote reuse: HAKMEM_THREAD_STATS, no cache of remote-freed blocks\n");
+    return false;
   }
   CHECK(pthread_barrier_init(&reuse_ready, NULL, 2) == 0 && pthread_barrier_init(&reuse_done, NULL, 2) == 0,
         "pthread_barrier_init failed");
