@@ -403,6 +403,27 @@ static void test_idle_owner_blocks_go_back(bool hardened) {
   CHECK(idle_owner_left == 0, "%zu blocks of an idle owner still go round another thread's cache", idle_owner_left);
 }
 
+/* The statistics read while the workers run: the walks read other threads'
+ * pages and heaps without their owners' knowledge (docs/STATS.md), which
+ * must be safe whatever figures they get. Not under ThreadSanitizer: the
+ * owners write those counts with plain stores on their fast paths, and the
+ * walks' atomic loads of them are races by its rules, by design. */
+static atomic_bool workers_done;
+static char reader_json[64 << 10];
+static void *stats_reader(void *arg) {
+  (void)arg;
+  unsigned long reads = 0;
+  while (!atomic_load(&workers_done)) {
+    struct hak_thread_stats t;
+    CHECK(hak_stats_json(reader_json, sizeof reader_json) < sizeof reader_json, "hak_stats_json");
+    CHECK(hak_thread_stats(0, &t, sizeof t) == 0 && t.live_blocks == 0, "hak_thread_stats");
+    reads++;
+    struct timespec pause = {0, 2000000};
+    nanosleep(&pause, NULL);
+  }
+  return (void *)(uintptr_t)reads;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) nthreads = atoi(argv[1]);
   if (argc > 2) iterations = atol(argv[2]);
@@ -422,7 +443,24 @@ int main(int argc, char **argv) {
     int rc = pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)(i + 1));
     CHECK(rc == 0, "pthread_create: %s", strerror(rc));
   }
+  pthread_t reader;
+#if defined(__SANITIZE_THREAD__)
+  bool read_stats = false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  bool read_stats = false;
+#else
+  bool read_stats = true;
+#endif
+#else
+  bool read_stats = true;
+#endif
+  if (read_stats) CHECK(pthread_create(&reader, NULL, stats_reader, NULL) == 0, "pthread_create failed");
   for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+  atomic_store(&workers_done, true);
+  void *reads = NULL;
+  if (read_stats) pthread_join(reader, &reads);
+  printf("statistics read %lu times while the workers ran\n", (unsigned long)(uintptr_t)reads);
 
   /* drain and verify everything that is left */
   counters total = {0, 0, 0, 0, 0};
