@@ -857,6 +857,11 @@ static void stats_op(const opargs *a) {
   if (hak_stats_get(&st, (a->n & 4) ? HAK_STATS_MIN_SIZE : sizeof st) != 0) fail("hak_stats_get failed");
   if (!(a->n & 4) && (st.live_bytes != st.small_live_bytes + st.large_live_bytes || st.nclasses == 0))
     fail("hak_stats_get: live %llu != %llu + %llu", st.live_bytes, st.small_live_bytes, st.large_live_bytes);
+  struct hak_thread_stats ts;
+  if (hak_thread_stats(0, &ts, sizeof ts) != 0 || ts.large_live_blocks > ts.live_blocks ||
+      ts.large_live_bytes > ts.live_bytes || (ts.exact && !(a->n & 4) && ts.live_bytes > st.live_bytes))
+    fail("hak_thread_stats: %llu B live (%llu large), the process %llu", ts.live_bytes, ts.large_live_bytes,
+         st.live_bytes);
   char json[256];
   size_t jn = hak_stats_json(json, a->size % sizeof json);
   if (jn < 100 || (a->size % sizeof json != 0 && strlen(json) >= a->size % sizeof json))

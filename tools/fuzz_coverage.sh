@@ -65,7 +65,7 @@ echo $((1 << 40)) >"$prof/cgroup/memory.max"
 echo 1 >"$prof/cgroup/memory.high"
 echo $((100 << 20)) >"$prof/cgroup/memory.current"
 HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=4096 HAKMEM_PROFILE_FILE="$prof/heap.%p" HAKMEM_TIMELINE_FILE="$prof/timeline.%p" \
-  HAKMEM_TIMELINE_MS=1 HAKMEM_THP=always HAKMEM_MEMORY_SOFT_LIMIT=8M HAKMEM_CGROUP_DIR="$prof/cgroup" \
+  HAKMEM_TIMELINE_MS=1 HAKMEM_THREAD_STATS=1 HAKMEM_THP=always HAKMEM_MEMORY_SOFT_LIMIT=8M HAKMEM_CGROUP_DIR="$prof/cgroup" \
   LLVM_PROFILE_FILE="$prof/mode-profile-%4m.profraw" \
   "$build/tests/fuzz_replay" "$@" >"$prof/replay-profile.log" 2>&1 ||
   { tail -5 "$prof/replay-profile.log"; echo "fuzz_coverage: replay failed (HAKMEM_PROFILE=1)"; exit 1; }
@@ -90,7 +90,7 @@ echo "fuzz_coverage: $(ls "$@" | wc -l) inputs; hakmem's src/*.c reached:"
 for mode in 0 1 2; do
   echo "  HAKMEM_SECURE=$mode: $(summary "$prof/mode$mode.profdata")"
 done
-echo "  HAKMEM_PROFILE=1 (with the timeline, THP, soft limits): $(summary "$prof/mode-profile.profdata")"
+echo "  HAKMEM_PROFILE=1 (with the timeline, exact per-thread figures, THP, soft limits): $(summary "$prof/mode-profile.profdata")"
 line=$(summary "$prof/all.profdata")
 [ $matrix = 1 ] &&
   echo "  the options matrix ($(tail -1 "$prof/matrix.log" | sed 's/.*: \([0-9]*\) runs.*/\1/') runs): $(summary "$prof/matrix.profdata")"
