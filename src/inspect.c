@@ -209,7 +209,10 @@ static void tally_threads(void) {
  * thread's heap. */
 static void thread_figures(hk_heap *h, struct hak_thread_stats *t) {
   memset(t, 0, sizeof *t);
-  t->tid = (unsigned long long)hk_load_relaxed(&h->tid);
+  /* (the caller's own heap: its tid now; a child forked while the process
+   * had one thread keeps its parent's in the heap, see init.c's fork
+   * handlers) */
+  t->tid = h == hk_tls_heap ? (unsigned long long)hk_os_tid() : (unsigned long long)hk_load_relaxed(&h->tid);
   int64_t blocks = 0, bytes = 0;
   hk_heap *sample = PEEK(h->sample_heap);
   const hk_heap *of[2] = {h, sample};
@@ -246,8 +249,9 @@ HK_API int hak_thread_stats(long tid, struct hak_thread_stats *out, size_t size)
   hk_pressure_hold();
   tally_threads();
   hk_lock(&hk_heap_lock);
+  hk_heap *mine = hk_tls_heap != &hk_heap_empty ? hk_tls_heap : NULL;
   for (hk_heap *h = hk_all_heaps; h != NULL && !found; h = h->all_next)
-    if (thread_heap(h) && hk_load_relaxed(&h->tid) == tid) {
+    if (self ? h == mine : thread_heap(h) && hk_load_relaxed(&h->tid) == tid) {
       thread_figures(h, out);
       found = true;
     }

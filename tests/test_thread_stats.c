@@ -4,7 +4,8 @@
  * order, while the owner waits), across an exited thread's pages (a thread
  * that starts after it counts only its own blocks), and across a large
  * block's realloc by another thread; the calling thread (tid 0), a thread
- * that has allocated nothing and bad arguments; the JSON report's list.
+ * that has allocated nothing and bad arguments; a forked child's thread;
+ * the JSON report's list.
  * Run with HAKMEM_THREAD_STATS=1 (and under the profiler and hardened mode
  * too: tests/CMakeLists.txt). Usage: test_thread_stats [inexact]: with
  * `inexact`, run without the option: the figures say they are inexact, and
@@ -233,6 +234,27 @@ static void test_calls(void) {
   CHECK(hak_thread_stats(0x7ffffff0, &t, sizeof t) == -1 && errno == ESRCH, "a tid of no thread found");
 }
 
+/* ---- a forked child: its thread has its parent's thread's blocks ---- */
+static void test_fork(const char *when) {
+  struct hak_thread_stats base = thread_of(0);
+  void *p = API(malloc)(LARGE_MIN), *q = API(malloc)(1000);
+  CHECK(p != NULL && q != NULL, "malloc");
+  figures want = {2, LARGE_MIN + block_bytes(q, 1000), 1, LARGE_MIN};
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    struct hak_thread_stats t = thread_of(0);
+    CHECK(t.tid == (unsigned long long)getpid(), "%s: the child's tid %llu, its pid %d", when, t.tid, (int)getpid());
+    CHECK(thread_of(getpid()).live_blocks == t.live_blocks, "%s: the child by its tid", when);
+    expect(0, &base, want, when);
+    _exit(0);
+  }
+  int status;
+  CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: the child failed", when);
+  API(free)(p);
+  API(free)(q);
+}
+
 /* ---- the JSON report lists the threads, the most live bytes first ---- */
 static void test_json(void) {
   void *p = API(malloc)(3 << 20);
@@ -254,10 +276,12 @@ int main(int argc, char **argv) {
 #ifdef HAKMEM_TEST_SECURE_DEFAULT
   hardened = true;
 #endif
+  test_fork("a child forked by a process of one thread");
   test_calls();
   test_json();
   test_remote_frees();
   if (!inexact) test_exited(); /* (without the option, a page in use may or may not be adopted) */
+  test_fork("a child forked by a process that has had other threads");
   printf("test_thread_stats: OK (%s%s)\n", API_MODE, inexact ? ", without HAKMEM_THREAD_STATS" : "");
   return 0;
 }
