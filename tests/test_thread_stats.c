@@ -222,6 +222,15 @@ static void test_calls(void) {
   expect(0, &base, want, "the caller's two blocks");
   API(free)(p);
   API(free)(q);
+  /* blocks taken from a heap of the program's are that heap's */
+  hak_heap_t *outer = hak_heap_use(hak_label("thread-stats-test"));
+  p = API(malloc)(100);
+  q = API(malloc)(LARGE_MIN);
+  hak_heap_use(outer);
+  figures none = {0, 0, 0, 0};
+  expect(0, &base, none, "blocks of a labelled heap");
+  API(free)(p);
+  API(free)(q);
   pthread_t i;
   CHECK(pthread_create(&i, NULL, idle, NULL) == 0 && pthread_join(i, NULL) == 0, "idle");
   errno = 0;
