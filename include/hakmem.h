@@ -149,10 +149,12 @@ size_t hak_stats_json(char *buf, size_t size);
  * hak_heap_use, counts its own blocks). Blocks count as in hak_stats_get.
  * Exact as hak_stats_get's figures are, whichever threads free the blocks,
  * when the program runs with HAKMEM_THREAD_STATS=1 (t.exact is 1), which
- * gives up the thread cache of other threads' freed blocks for it. Without
- * it, a block another thread freed may still count for a while (up to
- * 256 KiB of them per freeing thread), and so may an exited thread's
- * blocks in memory this thread took over. Returns 0, or -1 with errno
+ * gives up the thread cache of other threads' freed blocks for it, unless
+ * the thread took over pages holding an exited thread's live blocks (done
+ * only when more than a few wait: t.exact is then 0). Without it, a block
+ * another thread freed may still count for a while (up to 256 KiB of them
+ * per freeing thread), and so may an exited thread's blocks in memory this
+ * thread took over. Returns 0, or -1 with errno
  * EINVAL (size below sizeof t) or ESRCH (no thread tid with a heap: one
  * that has allocated nothing, or has exited). */
 struct hak_thread_stats {

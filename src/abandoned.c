@@ -173,17 +173,29 @@ void hk_abandoned_sweep(bool trim, bool force) {
 
 uint32_t hk_abandoned_empty(void) { return hk_load_relaxed(&abandoned_empty); }
 
+/* With HAKMEM_THREAD_STATS, pages in use of a class wait for their live
+ * blocks to be freed while at most this many wait: the live blocks of a
+ * page count to its owner (inspect.c), and an exited thread's are no other
+ * thread's. Past it, the oldest is adopted (and the adopting thread's
+ * figures are inexact from then on): threads that exit leaving live
+ * blocks behind, one after another, would otherwise leave a page of each
+ * class they used each, and memory would grow with the threads run. */
+#define USED_WAITING_MAX 4
+
 /* A page of class cls for h: the oldest with blocks in use (its free
  * blocks are memory handed out already, and its other blocks have had the
  * longest to come back), else, unless used_only, the empty page that
  * emptied last, the likeliest to be committed and in the caches: the
- * older ones age out and go back (hk_abandoned_sweep). With
- * HAKMEM_THREAD_STATS only empty ones: the live blocks of a page count to
- * its owner (inspect.c), and an exited thread's are no other thread's. */
+ * older ones age out and go back (hk_abandoned_sweep). */
 hk_page *hk_abandoned_adopt(hk_heap *h, unsigned cls, bool used_only) {
   if (hk_load_relaxed(&abandoned_count[cls]) == 0) return NULL;
   hk_lock(abandoned_lock(cls));
-  hk_page *p = hk_thread_stats ? NULL : used_pages[cls].first;
+  hk_page *p = used_pages[cls].first;
+  if (p != NULL && hk_thread_stats) {
+    uint32_t used = hk_load_relaxed(&abandoned_count[cls]) - hk_load_relaxed(&abandoned_empty_in[cls]);
+    if (used > USED_WAITING_MAX) h->inherited = 1;
+    else p = NULL;
+  }
   if (p != NULL) {
     hk_list_remove(&used_pages[cls], p);
   } else if (!used_only && (p = empty_pages[cls].last) != NULL) {

@@ -56,25 +56,32 @@ static bool holds_samples(const hk_heap *h) {
 }
 
 /* How many pooled sample heaps a thread looks through for one without
- * samples (HAKMEM_THREAD_STATS) before it makes a new one. */
+ * samples (HAKMEM_THREAD_STATS) before it takes the first. */
 #define SAMPLE_POOL_LOOK 8
 
 /* A sample heap for the calling thread (profile.c): one an exited thread
  * left, or a new one, which no thread owns (tid 0: never reaped). With
- * HAKMEM_THREAD_STATS, only one whose samples have all been freed: a
- * sample heap's live blocks count to the thread that uses it (inspect.c). */
+ * HAKMEM_THREAD_STATS, one whose samples have all been freed if one of the
+ * first few is: a sample heap's live blocks count to the thread that uses
+ * it (inspect.c); else the first, marked inherited, so that the pool does
+ * not grow with the threads run (see abandoned.c, USED_WAITING_MAX). */
 hk_heap *hk_sample_heap_take(void) {
   hk_lock(&hk_heap_lock);
   hk_heap **at = &sample_pool;
+  bool inherited = false;
   for (unsigned n = 0; hk_thread_stats && *at != NULL && holds_samples(*at); n++) {
     if (n + 1 == SAMPLE_POOL_LOOK) {
-      at = NULL;
+      at = &sample_pool;
+      inherited = true;
       break;
     }
     at = &(*at)->pool_next;
   }
-  hk_heap *h = at != NULL ? *at : NULL;
-  if (h != NULL) *at = h->pool_next;
+  hk_heap *h = *at;
+  if (h != NULL) {
+    *at = h->pool_next;
+    h->inherited = inherited;
+  }
   hk_unlock(&hk_heap_lock);
   if (h != NULL) return h;
   h = hk_heap_new(false);

@@ -227,7 +227,7 @@ static void thread_figures(hk_heap *h, struct hak_thread_stats *t) {
   t->large_live_bytes = large_bytes;
   t->live_blocks = (blocks > 0 ? (uint64_t)blocks : 0) + large_blocks;
   t->live_bytes = (bytes > 0 ? (uint64_t)bytes : 0) + large_bytes;
-  t->exact = hk_thread_stats;
+  t->exact = hk_thread_stats && !PEEK(h->inherited) && (sample == NULL || !PEEK(sample->inherited));
 }
 
 /* Is h a thread's of this process now? (tid 0: the late heap, sample heaps,
@@ -401,7 +401,7 @@ static void write_json(text *o, const struct hak_stats *s, const labels *l, cons
     field(o, "live_bytes", k->live_bytes);
     field(o, "large_live_blocks", k->large_live_blocks);
     field(o, "large_live_bytes", k->large_live_bytes);
-    puts_(o, "}");
+    puts_(o, k->exact ? ",\"exact\":true}" : ",\"exact\":false}");
   }
   puts_(o, "]}\n");
 }
@@ -535,7 +535,8 @@ static void print_text(int fd, const hk_usage *u, const struct hak_stats *s, con
     put_dec(&o, k->live_blocks);
     puts_(&o, " blocks (");
     put_dec(&o, k->large_live_bytes);
-    puts_(&o, " B in large blocks)\n");
+    puts_(&o, hk_thread_stats && !k->exact ? " B in large blocks; inexact: it took over an exited thread's)\n"
+                                           : " B in large blocks)\n");
     hk_os_write(fd, buf, o.len < o.size ? o.len : o.size);
   }
   say(fd, "hakmem: options\n");

@@ -367,6 +367,9 @@ typedef struct hk_heap {
   uint8_t review_due;             /* a timed purge pass ran: the next page search flushes the stash
                                      and reviews the held pages (queue.c, pass_review) */
   uint8_t moving;                 /* realloc is freeing the block it moved (alloc.c) */
+  uint8_t inherited;              /* HAKMEM_THREAD_STATS: it took over live blocks of an exited
+                                     thread (an adopted page in use, a sample heap with samples):
+                                     its thread's figures are no longer exact (inspect.c) */
   void *grown[HK_GROWN_RING];     /* blocks this thread's realloc grew last (alloc.c) */
   uint32_t grown_next;
   uint64_t block_purge_ms;        /* next pass over free medium blocks (hk_heap_purge_blocks) */

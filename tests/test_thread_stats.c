@@ -5,7 +5,9 @@
  * that starts after it counts only its own blocks), and across a large
  * block's realloc by another thread; the calling thread (tid 0), a thread
  * that has allocated nothing and bad arguments; a forked child's thread;
- * the JSON report's list.
+ * the JSON report's list; threads that exit one after another leaving
+ * live blocks do not make memory grow (their adopters say they are
+ * inexact).
  * Run with HAKMEM_THREAD_STATS=1 (and under the profiler and hardened mode
  * too: tests/CMakeLists.txt). Usage: test_thread_stats [inexact]: with
  * `inexact`, run without the option: the figures say they are inexact, and
@@ -206,6 +208,51 @@ static void test_exited(void) {
   for (int i = 0; i < LEFT; i++) API(free)(left[i]);
 }
 
+/* ---- threads that exit one after another, each leaving a few blocks ----
+ * Their pages in use wait for the blocks to be freed, but only a few of a
+ * class (then they are adopted, and the adopter's figures say they are
+ * inexact): memory does not grow with the threads run. */
+enum { STRANDERS = 300, STRAND_BLOCKS = 300, STRAND_KEEP = 30 };
+static void *stranded[STRANDERS * (STRAND_BLOCKS / STRAND_KEEP)];
+static int exact_after[STRANDERS];
+
+static void *strander(void *arg) {
+  int k = (int)(intptr_t)arg;
+  uint64_t rng = 99 + (uint64_t)k;
+  void *p[STRAND_BLOCKS];
+  for (int i = 0; i < STRAND_BLOCKS; i++) {
+    p[i] = API(malloc)(16 + hkt_rand(&rng) % 2000);
+    CHECK(p[i] != NULL, "malloc");
+  }
+  for (int i = 0; i < STRAND_BLOCKS; i++) {
+    if (i % STRAND_KEEP == 0) stranded[k * (STRAND_BLOCKS / STRAND_KEEP) + i / STRAND_KEEP] = p[i];
+    else API(free)(p[i]);
+  }
+  struct hak_thread_stats t;
+  CHECK(hak_thread_stats(0, &t, sizeof t) == 0, "hak_thread_stats");
+  exact_after[k] = t.exact;
+  return arg;
+}
+
+static void test_stranding(void) {
+  for (int k = 0; k < STRANDERS; k++) {
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, strander, (void *)(intptr_t)k) == 0 && pthread_join(t, NULL) == 0, "strander");
+  }
+  struct hak_stats s;
+  CHECK(hak_stats_get(&s, sizeof s) == 0, "hak_stats_get");
+  int inexact_threads = 0;
+  for (int k = 0; k < STRANDERS; k++) inexact_threads += !exact_after[k];
+  /* (waiting for their blocks, the pages of 300 threads of about 30
+   * classes each would take 500 MiB; adopted, they hold a few MiB) */
+  CHECK(s.page_bytes < ((unsigned long long)64 << 20), "%llu bytes of pages for %llu live bytes", s.page_bytes,
+        s.small_live_bytes);
+  CHECK(inexact_threads > 0, "no thread adopted a page in use");
+  printf("stranding: %d of %d threads adopted pages in use; pages %.1f MiB\n", inexact_threads, STRANDERS,
+         (double)s.page_bytes / (1 << 20));
+  for (size_t i = 0; i < sizeof stranded / sizeof *stranded; i++) API(free)(stranded[i]);
+}
+
 /* ---- the calling thread, a thread without a heap, bad arguments ---- */
 static void *idle(void *arg) {
   struct hak_thread_stats t = thread_of(0);
@@ -291,6 +338,7 @@ int main(int argc, char **argv) {
   test_remote_frees();
   if (!inexact) test_exited(); /* (without the option, a page in use may or may not be adopted) */
   test_fork("a child forked by a process that has had other threads");
+  if (!inexact) test_stranding(); /* (last: from then on this thread's own figures may be inexact too) */
   printf("test_thread_stats: OK (%s%s)\n", API_MODE, inexact ? ", without HAKMEM_THREAD_STATS" : "");
   return 0;
 }
