@@ -761,6 +761,34 @@ static const code_range *object_of(uintptr_t pc) {
   return NULL;
 }
 
+/* The functions' names by pc, for one profile's frames: the same frames
+ * come back in many stacks (an interpreter's loop in nearly every one),
+ * and each dladdr scans its object's symbols. Open addressing, mapped for
+ * the profile (NULL: none, each frame looked up); filled to three
+ * quarters at most. Under dump_lock. */
+#define NAME_SLOTS_SHIFT 15
+#define NAME_SLOTS ((size_t)1 << NAME_SLOTS_SHIFT)
+typedef struct name_slot {
+  uintptr_t pc;     /* 0: free */
+  const char *name; /* NULL: the symbols name no function there */
+} name_slot;
+static name_slot *names_seen;
+static size_t names_held;
+
+static const char *frame_name(uintptr_t pc) {
+  size_t i = (size_t)(((uint64_t)pc * 0x9e3779b97f4a7c15ull) >> (64 - NAME_SLOTS_SHIFT));
+  if (names_seen != NULL)
+    for (; names_seen[i].pc != 0; i = (i + 1) & (NAME_SLOTS - 1))
+      if (names_seen[i].pc == pc) return names_seen[i].name;
+  Dl_info info;
+  const char *name = frame_info(pc, &info) ? info.dli_sname : NULL;
+  if (names_seen != NULL && names_held < NAME_SLOTS / 4 * 3) {
+    names_seen[i] = (name_slot){pc, name};
+    names_held++;
+  }
+  return name;
+}
+
 /* A frame: its object and offset, and with `names` the function's name. */
 static void write_frame_json(out *o, uintptr_t pc, bool names) {
   out_str(o, "{\"pc\":\"");
@@ -773,10 +801,10 @@ static void write_frame_json(out *o, uintptr_t pc, bool names) {
     out_str(o, "\",\"offset\":");
     out_dec(o, pc - r->base);
   }
-  Dl_info info;
-  if (names && r != NULL && frame_info(pc, &info) && info.dli_sname != NULL) {
+  const char *name = names && r != NULL ? frame_name(pc) : NULL;
+  if (name != NULL) {
     out_str(o, ",\"function\":\"");
-    out_json_str(o, info.dli_sname);
+    out_json_str(o, name);
     out_str(o, "\"");
   }
   out_str(o, "}");
@@ -786,6 +814,8 @@ static void write_frame_json(out *o, uintptr_t pc, bool names) {
  * frames with their object, offset and (exported) function name. */
 static void write_json(int fd, const live_tally *t, bool names, uint64_t uptime_ms) {
   out o = {.fd = fd};
+  names_seen = names ? hk_os_map_aligned(NAME_SLOTS * sizeof(name_slot), HK_OS_PAGE) : NULL;
+  names_held = 0;
   double lb = 0, lc = 0, ab = 0, ac = 0;
   for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) lb += t[i].est_bytes, lc += t[i].est_count;
   extern char *program_invocation_short_name; /* (glibc and musl; no allocation) */
@@ -870,6 +900,8 @@ static void write_json(int fd, const live_tally *t, bool names, uint64_t uptime_
   }
   out_str(&o, "]}\n");
   out_flush(&o);
+  if (names_seen != NULL) hk_os_unmap(names_seen, NAME_SLOTS * sizeof(name_slot));
+  names_seen = NULL;
 }
 
 /* The profile into path's files (with suffix); `names`: with the frames'
