@@ -64,6 +64,13 @@ static void tally_page(const hk_page *page, void *arg) {
   t->carved[c] += capacity;
 }
 
+/* The page of the block in slot i of h's quarantine, NULL if the slot is
+ * free (read as the walks read everything: see above). */
+static const hk_page *quarantined_page(const hk_heap *h, unsigned i) {
+  const hk_page *page = (const hk_page *)(PEEK(h->quarantine[i].page) & ~(uintptr_t)1); /* (bit 0: remote.c's) */
+  return PEEK(h->quarantine[i].block) != NULL ? page : NULL;
+}
+
 /* Freed blocks that heaps hold for reuse (their pages count them as handed
  * out); also the threads with a heap. */
 static uint64_t tally_heaps(class_tally *t) {
@@ -81,8 +88,8 @@ static uint64_t tally_heaps(class_tally *t) {
       t->live[s] -= PEEK(h->stash_count[c]);
     }
     for (unsigned i = 0; i < HK_QUARANTINE; i++) {
-      hk_page *page = (hk_page *)(PEEK(h->quarantine[i].page) & ~(uintptr_t)1); /* (bit 0: remote.c's) */
-      if (PEEK(h->quarantine[i].block) != NULL && page != NULL) t->live[size_of_class(PEEK(page->cls)) % HK_NSIZES]--;
+      const hk_page *page = quarantined_page(h, i);
+      if (page != NULL) t->live[size_of_class(PEEK(page->cls)) % HK_NSIZES]--;
     }
   }
   hk_unlock(&hk_heap_lock);
@@ -158,9 +165,10 @@ static void collect(void) {
  * program's (hak_heap_use) are that heap's. The pages' counts are exact
  * when every block another thread frees goes straight back to its page,
  * and no page or sample heap with live blocks passes to another thread:
- * with HAKMEM_THREAD_STATS (no thread cache of other heaps' blocks,
- * abandoned.c adopts only empty pages, heap.c takes over only sample heaps
- * without samples). Without it, a block that another thread freed and
+ * with HAKMEM_THREAD_STATS (no thread cache of other heaps' blocks;
+ * abandoned.c and heap.c hand an exited thread's pages in use and sample
+ * heaps with samples on only when many wait, and mark the taker
+ * `inherited`: its figures are inexact from then on). Without it, a block that another thread freed and
  * keeps in its cache (HK_CACHE_BYTES at most, per thread) still counts to
  * its allocating thread, and so do an exited thread's live blocks in a
  * page or sample heap another thread took over. */
@@ -195,9 +203,9 @@ static void tally_threads(void) {
       if (n != 0) tally_add(h, -n, -n * (int64_t)hk_class_size[size_of_class(c)]);
     }
     for (unsigned i = 0; i < HK_QUARANTINE; i++) {
-      hk_page *page = (hk_page *)(PEEK(h->quarantine[i].page) & ~(uintptr_t)1); /* (bit 0: remote.c's) */
-      if (PEEK(h->quarantine[i].block) == NULL || page == NULL) continue;
-      hk_heap *owner = hk_owner_untag(hk_load_relaxed(&page->heap));
+      const hk_page *page = quarantined_page(h, i);
+      if (page == NULL) continue;
+      hk_heap *owner = hk_owner_untag(hk_load_relaxed(&((hk_page *)page)->heap));
       unsigned c = size_of_class(PEEK(page->cls));
       if (owner != NULL && c < HK_NSIZES) tally_add(owner, -1, -(int64_t)hk_class_size[c]);
     }
@@ -243,8 +251,9 @@ HK_API int hak_thread_stats(long tid, struct hak_thread_stats *out, size_t size)
     return -1;
   }
   hk_init();
-  bool self = tid == 0 || tid == hk_os_tid();
-  if (tid == 0) tid = hk_os_tid();
+  long me = hk_os_tid();
+  bool self = tid == 0 || tid == me;
+  if (tid == 0) tid = me;
   bool found = false;
   hk_pressure_hold();
   tally_threads();
