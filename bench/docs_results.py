@@ -25,6 +25,13 @@ and without it:
 
     python3 bench/run.py --with hakmem-prof=build/libhakmem.so,HAKMEM_PROFILE=1,HAKMEM_PROFILE_FILE=DIR/h.%p \
         --allocators hakmem,hakmem-prof --repeats 5 --out DIR
+
+to which the peers' samplers may be added (PROFILER_PEERS: a column each):
+
+        --with jemalloc-prof=LIBDIR/libjemalloc.so.2,MALLOC_CONF=prof:true \
+        --with tcmalloc-full=LIBDIR/libtcmalloc.so.4 \
+        --with tcmalloc-sample=LIBDIR/libtcmalloc.so.4,TCMALLOC_SAMPLE_PARAMETER=524288 \
+        --allocators hakmem,hakmem-prof,jemalloc,jemalloc-prof,tcmalloc-full,tcmalloc-sample
 """
 import argparse
 import json
@@ -223,12 +230,17 @@ mimalloc alone: {vs('mimalloc', 'ops_per_sec', False):.2f}x its throughput, {vs(
     return out
 
 
-def cost_part(path, other, label, setup, subject):
+def cost_part(path, other, label, setup, subject, peers=()):
     """A variant's cost (`other` against hakmem in one run): each benchmark's
-    throughput in both, the slowdown, peak RSS, and geometric means."""
+    throughput in both, the slowdown, peak RSS, and geometric means; and for
+    each (base, variant, label) of `peers` present in the run, the variant's
+    slowdown against its base in a column of its own."""
     data = json.load(open(path))
     meta, summ = data["meta"], data["summary"]
+    names = list(data["allocators"]) if isinstance(data["allocators"], (list, dict)) else []
+    peers = [p for p in peers if p[0] in names and p[1] in names]
     rows, slow, rss = [], [], []
+    peer_slow = {p: [] for p in peers}
     for b in data["benchmarks"]:
         s = summ.get(b["name"], {})
         d, h = ok(s, "hakmem", "ops_per_sec"), ok(s, other, "ops_per_sec")
@@ -239,19 +251,30 @@ def cost_part(path, other, label, setup, subject):
         if b["memory_only"] or not d or not h:
             continue
         slow.append((d / h, b["name"]))
-        rows.append(f"| {b['name']} | {d / 1e6:.3g} | {h / 1e6:.3g} | {d / h:.2f}x | {mem} |")
+        cells = []
+        for p in peers:
+            x, y = ok(s, p[0], "ops_per_sec"), ok(s, p[1], "ops_per_sec")
+            cells.append(f"{x / y:.2f}x" if x and y else "-")
+            if x and y:
+                peer_slow[p].append(x / y)
+        rows.append(f"| {b['name']} | {d / 1e6:.3g} | {h / 1e6:.3g} | {d / h:.2f}x | "
+                    + "".join(f"{c} | " for c in cells) + f"{mem} |")
     worst = max(slow)
+    peer_line = "; ".join(f"{p[2]}, {geomean(peer_slow[p]):.3f}x ({len(peer_slow[p])} benchmarks)"
+                          for p in peers if peer_slow[p])
     return "\n".join([
         f"`{meta['command']}`, {setup}; {meta['date']}, commit {meta['commit']}, "
         f"{meta['nproc']} CPUs ({meta['cpu']}), medians of {meta['repeats']}.",
         "",
-        f"| benchmark | hakmem (Mops/s) | {label} (Mops/s) | slowdown | {label} peak RSS |",
-        "|---|---:|---:|---:|---:|",
+        f"| benchmark | hakmem (Mops/s) | {label} (Mops/s) | slowdown | "
+        + "".join(f"{p[2]} slowdown | " for p in peers) + f"{label} peak RSS |",
+        "|---|---:|---:|---:|" + "---:|" * len(peers) + "---:|",
         *rows,
         "",
         f"Geometric mean over the {len(slow)} timed benchmarks: {subject} "
         f"**{geomean([x for x, _ in slow]):.3f}x** as slow; the most: {worst[1]}, {worst[0]:.2f}x. "
-        f"Peak RSS: {geomean(rss):.3f}x the default's (geometric mean over {len(rss)} benchmarks).",
+        f"Peak RSS: {geomean(rss):.3f}x the default's (geometric mean over {len(rss)} benchmarks)."
+        + (f" The peers' samplers at the same rate, each against its own allocator: {peer_line}." if peer_line else ""),
     ])
 
 
@@ -319,10 +342,19 @@ def hardened_part(path):
                      "hardened mode is")
 
 
+# The peers' samplers, run at the same mean rate as hakmem's default (a
+# sample every 512 KiB allocated): jemalloc's `prof:true` (its
+# lg_prof_sample defaults to 19), and gperftools' tcmalloc (the full
+# library; the suite's is tcmalloc_minimal, which has no sampler) with
+# TCMALLOC_SAMPLE_PARAMETER=524288 against the same library without it.
+PROFILER_PEERS = (("jemalloc", "jemalloc-prof", "jemalloc `prof:true`"),
+                  ("tcmalloc-full", "tcmalloc-sample", "tcmalloc sampling"))
+
+
 def profiler_part(path):
     return cost_part(path, "hakmem-prof", "profiling",
                      "the second allocator the same library run with `HAKMEM_PROFILE=1`",
-                     "with the heap profiler on, hakmem is")
+                     "with the heap profiler on, hakmem is", PROFILER_PEERS)
 
 
 def main():
