@@ -1,16 +1,25 @@
-/* Abandoned pages: the pages of exited threads, on two lists per class
- * (pages with blocks in use, empty pages), from which threads that need a
- * page of the class adopt them. Empty ones are kept for adoption for a
- * purge delay, then given back to their regions. */
+/* Abandoned pages: the pages of exited threads, on three lists per class
+ * (pages with blocks in use and free ones, pages with every block in use,
+ * empty pages), from which threads that need a page of the class adopt
+ * them. Empty ones are kept for adoption for a purge delay, then given
+ * back to their regions; full ones wait until a free reaches them. */
 #include "internal.h"
 
 #include <sched.h>
 
 _Atomic uint32_t hk_abandoned_hint;
-/* Per class, under abandoned_lock(class): the pages with blocks in use,
- * oldest first, and the empty ones, in the order they emptied. */
-static hk_page_queue used_pages[HK_NCLASSES], empty_pages[HK_NCLASSES];
-static _Atomic uint32_t abandoned_count[HK_NCLASSES];
+/* Per class, under abandoned_lock(class): the pages with blocks in use and
+ * blocks free (or to carve), oldest first; the pages with none free, which
+ * no thread could take a block from (adopted, each would be handed from
+ * thread to thread, and a thread that took a few would find no block and
+ * take a fresh page: under thread churn with long-lived blocks, the full
+ * pages pile up at the front), until the first free that reaches one
+ * moves it to the others (hk_abandoned_unfull); and the empty ones, in
+ * the order they emptied. */
+static hk_page_queue used_pages[HK_NCLASSES], full_pages[HK_NCLASSES], empty_pages[HK_NCLASSES];
+static _Atomic uint32_t abandoned_count[HK_NCLASSES]; /* on the three lists */
+static _Atomic uint32_t abandoned_full_in[HK_NCLASSES]; /* on full_pages */
+#define FULL_MARK UINT64_MAX /* idle_ms of a page on full_pages (an empty one's is a time) */
 static _Atomic uint32_t abandoned_empty; /* empty pages on the abandoned lists */
 static _Atomic uint32_t abandoned_empty_in[HK_NCLASSES]; /* the same, per class */
 /* One lock per class: threads that start (hk_abandoned_adopt) and threads that exit
@@ -52,6 +61,31 @@ static bool surplus_empty(const hk_page *page) {
   return page->nslabs > 1 && !page->lent && hk_load_relaxed(&abandoned_empty_in[page->cls]) >= KEPT_EMPTY;
 }
 
+/* A page off full_pages, onto used_pages. Under its class's lock. */
+static void unfull(hk_page *page) {
+  hk_list_remove(&full_pages[page->cls], page);
+  hk_sub_relaxed(&abandoned_full_in[page->cls], 1);
+  __atomic_store_n(&page->idle_ms, 0, __ATOMIC_RELAXED);
+  hk_list_push_back(&used_pages[page->cls], page);
+}
+
+/* A free is about to push a block onto the remote stack of page, which it
+ * read abandoned: on full_pages, the page joins the pages in use, where the
+ * next thread that needs a page of its class adopts it and collects the
+ * block. Before the push, so that the page cannot have emptied (and gone
+ * back to its region) meanwhile: the block being freed is in use in it.
+ * The mark, read without the lock, is checked again under it (with the
+ * owner: a page taken over meanwhile is in a heap's queue; and a page with
+ * a block in use is never a spare's or a held page, whose idle_ms would
+ * hold something else). */
+void hk_abandoned_unfull(hk_page *page) {
+  if (__atomic_load_n(&page->idle_ms, __ATOMIC_RELAXED) != FULL_MARK) return;
+  unsigned cls = page->cls;
+  hk_lock(abandoned_lock(cls));
+  if (hk_load_relaxed(&page->heap) == NULL && page->idle_ms == FULL_MARK) unfull(page);
+  hk_unlock(abandoned_lock(cls));
+}
+
 /* An exiting thread's page joins the abandoned list of its class, even
  * when it is empty: a thread that starts later and uses the class adopts
  * it, blocks carved and memory committed where the class carves. Given
@@ -70,7 +104,7 @@ void hk_abandon_page(hk_page *page) {
   hk_page_set_state(page, HK_USED_NORMAL);
   page->held = 0; /* (the heap's held_bytes goes with the heap) */
   hk_store_release(&page->heap, NULL);
-  page->idle_ms = 0;
+  __atomic_store_n(&page->idle_ms, 0, __ATOMIC_RELAXED); /* (read by freers: hk_abandoned_unfull) */
   if (hk_page_used(page) == 0) {
     if (surplus_empty(page)) {
       hk_region_free_span_purged(page);
@@ -79,8 +113,13 @@ void hk_abandon_page(hk_page *page) {
     }
     note_empty(page, hk_os_now_ms());
   }
+  bool empty = page->idle_ms != 0, full = hk_page_used(page) == page->reserved;
   hk_lock(abandoned_lock(page->cls));
-  hk_list_push_back(page->idle_ms != 0 ? &empty_pages[page->cls] : &used_pages[page->cls], page);
+  if (full) {
+    __atomic_store_n(&page->idle_ms, FULL_MARK, __ATOMIC_RELAXED); /* (read by freers: hk_abandoned_unfull) */
+    hk_add_relaxed(&abandoned_full_in[page->cls], 1);
+  }
+  hk_list_push_back(empty ? &empty_pages[page->cls] : full ? &full_pages[page->cls] : &used_pages[page->cls], page);
   hk_add_relaxed(&abandoned_count[page->cls], 1);
   /* A remote free may have landed between the collect and now. */
   if (hk_load_acquire(&page->remote) & ~HK_REMOTE_STATE_MASK)
@@ -128,6 +167,13 @@ void hk_abandoned_sweep(bool trim, bool force) {
     if (hk_load_relaxed(&abandoned_count[c]) == 0) continue;
     hk_lock(abandoned_lock(c));
     hk_page *next;
+    /* a full page that a free reached before it joined the list (the
+     * others move at their first free) joins the pages in use, whose loop
+     * below collects it */
+    for (hk_page *p = full_pages[c].first; p != NULL; p = next) {
+      next = p->next;
+      if (hk_load_acquire(&p->remote) & ~HK_REMOTE_STATE_MASK) unfull(p);
+    }
     for (hk_page *p = used_pages[c].first; p != NULL; p = next) {
       next = p->next;
       if (!(hk_load_acquire(&p->remote) & ~HK_REMOTE_STATE_MASK)) continue;
@@ -188,11 +234,12 @@ uint32_t hk_abandoned_empty(void) { return hk_load_relaxed(&abandoned_empty); }
  * emptied last, the likeliest to be committed and in the caches: the
  * older ones age out and go back (hk_abandoned_sweep). */
 hk_page *hk_abandoned_adopt(hk_heap *h, unsigned cls, bool used_only) {
-  if (hk_load_relaxed(&abandoned_count[cls]) == 0) return NULL;
+  if (hk_load_relaxed(&abandoned_count[cls]) == hk_load_relaxed(&abandoned_full_in[cls])) return NULL;
   hk_lock(abandoned_lock(cls));
   hk_page *p = used_pages[cls].first;
   if (p != NULL && hk_thread_stats) {
-    uint32_t used = hk_load_relaxed(&abandoned_count[cls]) - hk_load_relaxed(&abandoned_empty_in[cls]);
+    uint32_t used = hk_load_relaxed(&abandoned_count[cls]) - hk_load_relaxed(&abandoned_empty_in[cls]) -
+                    hk_load_relaxed(&abandoned_full_in[cls]);
     if (used > USED_WAITING_MAX) h->inherited = 1;
     else p = NULL;
   }

@@ -284,6 +284,11 @@ HK_INLINE bool hk_is_carved_block(const hk_page *page, uintptr_t a) {
  * path never matches it and every free takes the slow path's checks. */
 HK_INLINE hk_heap *hk_owner_tag(hk_heap *h) { return hk_secure ? (hk_heap *)((uintptr_t)h | 1) : h; }
 HK_INLINE hk_heap *hk_owner_untag(hk_heap *h) { return (hk_heap *)((uintptr_t)h & ~(uintptr_t)1); }
+/* A page owner's kind, read by a freeing thread: the owner it read may be
+ * a heap that a new thread is taking meanwhile (heaps are never unmapped;
+ * a stale answer sends the block the slower way), so kind is written and
+ * read as a relaxed atomic. */
+HK_INLINE uint32_t hk_owner_kind(const hk_heap *owner) { return __atomic_load_n(&owner->kind, __ATOMIC_RELAXED); }
 
 /* The first word of a block that is neither live nor on a free list (in a
  * remote freer's cache, remote.c; dropped with a lent slab, lend.c): it

@@ -86,7 +86,7 @@ hk_heap *hk_sample_heap_take(void) {
   if (h != NULL) return h;
   h = hk_heap_new(false);
   if (h == NULL) return NULL;
-  h->kind = HK_HEAP_SAMPLES;
+  __atomic_store_n(&h->kind, HK_HEAP_SAMPLES, __ATOMIC_RELAXED); /* (read by freers: hk_owner_kind) */
   hk_stat_add(sample_heaps, 1);
   return h;
 }
@@ -100,13 +100,15 @@ hk_heap *hk_heap_new(bool for_thread) {
   if (h == NULL) return NULL;
   /* (the purger may be reading a reused heap's stash: under its lock) */
   bool locked = hk_spin_lock(&h->stash_lock);
-  memset(h, 0, offsetof(hk_heap, remote_hint));
+  /* (not active_ms, which a freer holding a stale owner may read meanwhile:
+   * set below, with the rest of its line) */
+  memset(h, 0, offsetof(hk_heap, active_ms));
   if (locked) hk_spin_unlock(&h->stash_lock);
   h->held_bytes = 0;
   memset(h->held, 0, sizeof h->held);
   for (unsigned c = 0; c < HK_NCLASSES; c++) hk_heap_set_direct(h, c, &hk_page_empty);
   hk_store_relaxed(&h->remote_hint, 0);
-  h->kind = HK_HEAP_THREAD;
+  __atomic_store_n(&h->kind, HK_HEAP_THREAD, __ATOMIC_RELAXED); /* (read by freers: hk_owner_kind) */
   h->fresh_count = 0;
   h->searches = 0;
   hk_store_relaxed(&h->active_ms, hk_os_now_ms());
@@ -194,7 +196,7 @@ hk_heap *hk_heap_new_user(const char *name) {
   hk_store_relaxed(&h->user_lock, 0);
   h->large_first = NULL;
   hk_store_relaxed(&h->visitor, (pthread_t)0);
-  h->kind = HK_HEAP_USER;
+  __atomic_store_n(&h->kind, HK_HEAP_USER, __ATOMIC_RELAXED); /* (read by freers: hk_owner_kind) */
   hk_stat_add(user_heaps, 1);
   hk_lock(&user_heaps_lock);
   h->user_prev = NULL;

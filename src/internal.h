@@ -236,6 +236,7 @@ HK_INLINE bool hk_heap_purge_blocks_due(hk_heap *h) {
 extern _Atomic uint32_t hk_abandoned_hint;         /* a remote free reached an abandoned page */
 void hk_abandon_page(hk_page *page);
 hk_page *hk_abandoned_adopt(hk_heap *h, unsigned cls, bool used_only);
+void hk_abandoned_unfull(hk_page *page);
 void hk_abandoned_sweep(bool trim, bool force);
 uint32_t hk_abandoned_empty(void);                 /* empty pages of exited threads kept now */
 void hk_abandoned_fork_lock(void);

@@ -143,6 +143,7 @@ static void remote_push(hk_page *page, hk_block *first, hk_block *last, uint32_t
   uintptr_t old = hk_load_relaxed(&page->remote);
   if ((old & HK_REMOTE_STATE_MASK) == HK_PAGE_FULL && owner != NULL && try_reclaim(page, first, last, n, old, owner))
     return;
+  if ((old & HK_REMOTE_STATE_MASK) == HK_PAGE_ABANDONED) hk_abandoned_unfull(page);
   do {
     /* an empty stack (0) is linked as the region base: see hk_list_end */
     last->link = ((old & HK_REMOTE_PTR_MASK) | ((uintptr_t)last & ~HK_REGION_MASK)) ^ key;
@@ -327,7 +328,7 @@ static uintptr_t quarantine_tag(uintptr_t mix) { return ~mix; }
 static void secure_keep(hk_heap *h, hk_page *page, hk_block *b) {
   unsigned cls = page->cls;
   hk_heap *owner = hk_owner_untag(hk_load_relaxed(&page->heap));
-  if (hk_class_cache_max[cls] == 0 || owner == NULL || owner_idle(h, owner) || owner->kind != HK_HEAP_THREAD) {
+  if (hk_class_cache_max[cls] == 0 || owner == NULL || owner_idle(h, owner) || hk_owner_kind(owner) != HK_HEAP_THREAD) {
     remote_push(page, b, b, 1);
     h->stats.remote_frees++;
     return;
@@ -438,7 +439,7 @@ static HK_NOINLINE void secure_free_other(hk_block *b, hk_page *page, hk_heap *s
       heapless_push(page, b);
       return;
     }
-    if (owner == NULL || owner->kind != HK_HEAP_THREAD) {
+    if (owner == NULL || hk_owner_kind(owner) != HK_HEAP_THREAD) {
       remote_push(page, b, b, 1);
       self->stats.remote_frees++;
       return;
@@ -484,7 +485,7 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
       return;
     }
   } else if (self == &hk_heap_empty || hk_class_cache_max[cls] == 0 || owner == NULL || owner_idle(self, owner) ||
-             owner->kind != HK_HEAP_THREAD) {
+             hk_owner_kind(owner) != HK_HEAP_THREAD) {
     /* A block of an exited thread's page (no owner) goes straight back, so
      * the page can empty and be reused or given back: kept here, it would
      * pin its page for as long as this thread allocates nothing of the
@@ -494,7 +495,7 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
      * sample heap is this thread's. So does a block of a heap the program
      * made: hak_heap_destroy gives back its pages, and with them every
      * block still in them (user_heap.c). */
-    if (owner != NULL && owner->kind == HK_HEAP_SAMPLES) {
+    if (owner != NULL && hk_owner_kind(owner) == HK_HEAP_SAMPLES) {
       hk_sample_freed(b, owner); /* (before the block can be handed out again) */
       if (owner == self->sample_heap) {
         hk_free_local_push(owner, page, b);
@@ -551,7 +552,7 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
    * for the class" (its maximum is 0): one test for all. An owner that is
    * this thread is neither NULL nor idle. */
   if (HK_UNLIKELY(self->cache_room[cls] == 0 || self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES ||
-                  owner == NULL || owner_idle(self, owner) || owner->kind != HK_HEAP_THREAD)) {
+                  owner == NULL || owner_idle(self, owner) || hk_owner_kind(owner) != HK_HEAP_THREAD)) {
     free_remote_other(b, page, self, owner);
     return;
   }

@@ -390,7 +390,7 @@ typedef struct hk_heap {
                                      profiler's sample heap, or a heap the program made */
   _Atomic uint32_t remote_hint;   /* a full page received a remote free */
   /* Not zeroed when a heap is reused (hk_heap_new zeroes what comes before
-   * remote_hint): the purger walks all_next and takes spare_lock at any time,
+   * active_ms and sets the three fields above): the purger walks all_next and takes spare_lock at any time,
    * so a reused heap must neither cut the list after itself nor drop its
    * spares, or the purger and the growth purge would miss the heaps
    * beyond it. */
