@@ -390,10 +390,10 @@ typedef struct hk_heap {
                                      profiler's sample heap, or a heap the program made */
   _Atomic uint32_t remote_hint;   /* a full page received a remote free */
   /* Not zeroed when a heap is reused (hk_heap_new zeroes what comes before
-   * active_ms and sets the three fields above): the purger walks all_next and takes spare_lock at any time,
-   * so a reused heap must neither cut the list after itself nor drop its
-   * spares, or the purger and the growth purge would miss the heaps
-   * beyond it. */
+   * active_ms and sets the three fields above): the purger walks all_next
+   * and takes spare_lock at any time, so a reused heap must neither cut the
+   * list after itself nor drop its spares, or the purger and the growth
+   * purge would miss the heaps beyond it. */
   hk_page *spare[HK_SLABS];       /* empty spans kept for reuse by any class, by length in slabs
                                      (singly linked; spare_lock: the purger takes old ones) */
   uint32_t spare_bytes;           /* spare_lock */
