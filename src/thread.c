@@ -133,7 +133,8 @@ void *(*hk_heap_use_alloc)(size_t size);
 static HK_NOINLINE void *malloc_gated_rest(size_t size, hk_heap *h) {
   if (HK_UNLIKELY(hk_tls.use != NULL)) return hk_heap_use_alloc(size); /* (set before any use) */
   if (h->free_owner != h) {
-    if (hk_profile_on && h != &hk_heap_empty && !hk_secure && (int64_t)(h->sample_left -= size) < 0) {
+    /* (the count ran out, or it is not this thread's to keep) */
+    if (h != &hk_heap_empty && !hk_secure) {
       h->sample_left = hk_random_gap((uint64_t)hk_opt.profile_rate);
       return sampled_malloc(size, h);
     }
@@ -147,7 +148,17 @@ static HK_NOINLINE void *malloc_gated_rest(size_t size, hk_heap *h) {
 void *hk_malloc_gated(size_t size, hk_heap *h) {
   /* (a shut budget is left as it is: it stays negative for 2^62 bytes of
    * requests, and hk_malloc_slow sets it again after any larger one) */
-  if (HK_LIKELY(h->free_owner != h && hk_tls.use == NULL && !hk_profile_on)) return hk_malloc_cached(size, h);
+  if (HK_LIKELY(h->free_owner != h && hk_tls.use == NULL)) {
+    if (HK_LIKELY(!hk_profile_on)) return hk_malloc_cached(size, h);
+    /* cache mode with the profiler on: the heap's count down to the next
+     * sample, here, so that the mallocs between samples make no call more
+     * than without it (hk_heap_empty's count, never written, stays 0) */
+    uint64_t left = h->sample_left;
+    if (HK_LIKELY(left > size)) {
+      h->sample_left = left - size;
+      return hk_malloc_cached(size, h);
+    }
+  }
   return malloc_gated_rest(size, h);
 }
 
