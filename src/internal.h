@@ -60,10 +60,8 @@ int hk_os_open_locked(const char *path); /* for writing, created if need be, wit
                                             by this process (-1: another one holds it, or no such file) */
 int hk_os_create(const char *path);      /* for writing, created or truncated (-1: failed) */
 long hk_os_read_file(const char *path, char *buf, size_t size); /* NUL-terminated; -1: not readable */
-int hk_os_open_read(const char *path);
-uint64_t hk_os_read_number(int fd);
 void hk_os_huge(void *p, size_t size, bool on); /* MADV_HUGEPAGE / MADV_NOHUGEPAGE */
-bool hk_os_start_thread(void *(*main)(void *)); /* detached, signals blocked (false: not started) */      /* a cgroup file's number; UINT64_MAX: "max" or unreadable */
+bool hk_os_start_thread(void *(*main)(void *)); /* detached, signals blocked (false: not started) */
 void hk_os_truncate(int fd);             /* to empty, writing from the start */
 void hk_os_close(int fd);
 void hk_os_copy_file(const char *path, int fd);  /* path's contents written to fd */

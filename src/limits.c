@@ -23,10 +23,11 @@
 
 #include <string.h>
 
-static int fd_current = -1, fd_max = -1, fd_high = -1; /* the cgroup's files (-1: none) */
+static char cg_dir[1100];             /* the cgroup's directory (empty: none) */
+static bool cg_v2;                    /* its files have cgroup v2's names, else v1's */
 static _Atomic uint64_t cg_max = UINT64_MAX, cg_high = UINT64_MAX; /* UINT64_MAX: no limit */
 static _Atomic uint64_t cg_read_ms;   /* when they were last read */
-static bool cgroup_on;                /* a cgroup's files are open */
+static bool cgroup_on;                /* a cgroup was found */
 static int thp_system;                /* the kernel's THP mode: 0 never, 1 madvise, 2 always */
 _Atomic bool hk_limit_soft_crossed;   /* a soft limit was crossed: the slow path gives back (thread.c) */
 
@@ -40,45 +41,77 @@ static uint64_t margin(uint64_t max) {
   return m < (4u << 20) ? 4u << 20 : m > (256u << 20) ? 256u << 20 : m;
 }
 
-/* Opens dir/name (of PATH_MAX at most). */
-static int open_in(const char *dir, const char *name) {
-  char path[1100];
-  size_t n = strlen(dir), k = strlen(name);
-  if (n + k + 2 > sizeof path) return -1;
+/* The cgroup's files are opened for each read, and closed: a descriptor
+ * held open could be closed by the program (a daemon closing every one it
+ * inherited) and its number reused for a file of the program's, which
+ * hakmem would then read as its limit; and it would take a number the
+ * program may expect free (a shell's `exec 3<file`). Reading one costs
+ * three system calls, made where hakmem maps more, never on a fast path. */
+#define CG_MAX 0     /* v2 memory.max, v1 memory.limit_in_bytes */
+#define CG_HIGH 1    /* v2 memory.high, v1 memory.soft_limit_in_bytes */
+#define CG_CURRENT 2 /* v2 memory.current, v1 memory.usage_in_bytes */
+static const char *const CG_NAMES[2][3] = {
+    {"memory.limit_in_bytes", "memory.soft_limit_in_bytes", "memory.usage_in_bytes"},
+    {"memory.max", "memory.high", "memory.current"},
+};
+#define CG_NAME_MAX 28 /* the longest name, its '/' and its NUL */
+
+/* dir's file (CG_*) under its name in v2 or v1 into buf (-1: not
+ * readable). */
+static long cg_file(const char *dir, bool v2, int file, char buf[32]) {
+  char path[sizeof cg_dir + CG_NAME_MAX];
+  size_t n = strlen(dir);
   memcpy(path, dir, n);
   path[n] = '/';
-  memcpy(path + n + 1, name, k + 1);
-  return hk_os_open_read(path);
+  strcpy(path + n + 1, CG_NAMES[v2][file]);
+  return hk_os_read_file(path, buf, 32);
 }
 
-/* The cgroup's files in dir: v2's (version 2), v1's (1), or v2's if dir
- * has them, else v1's (0: a directory HAKMEM_CGROUP_DIR names). A known
- * version tries no name of the other: each open costs some microseconds
- * of every process's start. */
-static bool open_cgroup(const char *dir, int version) {
-  bool v2 = version != 1 && (fd_max = open_in(dir, "memory.max")) >= 0;
-  if (!v2 && version == 2) return false;
-  if (!v2) fd_max = open_in(dir, "memory.limit_in_bytes");
-  fd_high = open_in(dir, v2 ? "memory.high" : "memory.soft_limit_in_bytes");
-  fd_current = open_in(dir, v2 ? "memory.current" : "memory.usage_in_bytes");
-  if (fd_max >= 0 && fd_current >= 0) return true;
-  int *fds[3] = {&fd_max, &fd_high, &fd_current};
-  for (int i = 0; i < 3; i++) {
-    if (*fds[i] >= 0) hk_os_close(*fds[i]);
-    *fds[i] = -1;
+/* The number a cgroup file holds: UINT64_MAX for "max", for a value of
+ * 2^58 or more (v1's "no limit" is about 2^63), and when unreadable. */
+static uint64_t cg_number(long n, const char *buf) {
+  if (n <= 0 || buf[0] < '0' || buf[0] > '9') return UINT64_MAX;
+  uint64_t v = 0;
+  for (const char *s = buf; *s >= '0' && *s <= '9'; s++) {
+    if (v >= (uint64_t)1 << 58) return UINT64_MAX;
+    v = v * 10 + (uint64_t)(*s - '0');
+  }
+  return v;
+}
+static uint64_t cg_read(int file) {
+  char buf[32];
+  return cg_number(cg_file(cg_dir, cg_v2, file, buf), buf);
+}
+
+/* Is dir a cgroup with memory files: v2's (version 2), v1's (1), or v2's
+ * if dir has them, else v1's (0: a directory HAKMEM_CGROUP_DIR names)?
+ * If so, it becomes the one hakmem reads (cg_dir), and its hard limit is
+ * read. A known version tries no name of the other: each try costs some
+ * microseconds of every process's start. */
+static bool use_cgroup(const char *dir, int version) {
+  if (strlen(dir) >= sizeof cg_dir) return false;
+  for (int v2 = version != 1; v2 >= (version == 2); v2--) {
+    char buf[32];
+    long n = cg_file(dir, v2, CG_MAX, buf);
+    if (n >= 0) {
+      strcpy(cg_dir, dir);
+      cg_v2 = v2;
+      hk_store_relaxed(&cg_max, cg_number(n, buf));
+      return true;
+    }
   }
   return false;
 }
 
 /* root followed by the path in [path, end): the cgroup's directory. */
-static bool open_cgroup_at(const char *root, const char *path, const char *end, int version) {
+static bool cgroup_at(const char *root, const char *path, const char *end, int version) {
   char dir[1100];
   size_t rn = strlen(root), pn = (size_t)(end - path);
   if (rn + pn + 1 > sizeof dir) return false;
   memcpy(dir, root, rn);
   memcpy(dir + rn, path, pn);
   dir[rn + pn] = 0;
-  return open_cgroup(dir, version);
+  return use_cgroup(dir, version);
 }
 
 /* Does the comma-separated list in [s, e) name the memory controller? */
@@ -104,7 +137,7 @@ static bool find_cgroup(void) {
       const char *c1 = memchr(line, ':', (size_t)(end - line));
       const char *c2 = c1 != NULL ? memchr(c1 + 1, ':', (size_t)(end - c1 - 1)) : NULL;
       if (c2 != NULL && (v1 ? names_memory(c1 + 1, c2) : c2 == c1 + 1) &&
-          open_cgroup_at(v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup", c2 + 1, end, v1 ? 1 : 2))
+          cgroup_at(v1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup", c2 + 1, end, v1 ? 1 : 2))
         return true;
       line = *end ? end + 1 : end;
     }
@@ -113,16 +146,19 @@ static bool find_cgroup(void) {
 }
 
 static void read_cgroup(uint64_t now) {
-  hk_store_relaxed(&cg_max, hk_os_read_number(fd_max));
-  hk_store_relaxed(&cg_high, fd_high >= 0 ? hk_os_read_number(fd_high) : UINT64_MAX);
+  hk_store_relaxed(&cg_max, cg_read(CG_MAX));
+  hk_store_relaxed(&cg_high, cg_read(CG_HIGH));
   hk_store_relaxed(&cg_read_ms, now);
 }
 
 /* At start-up, after the options. */
 void hk_limits_init(void) {
   const char *dir = hk_opt.cgroup_dir;
-  bool cgroup = dir == NULL ? find_cgroup() : strcmp(dir, "none") != 0 && open_cgroup(dir, 0);
-  if (cgroup) read_cgroup(hk_os_now_ms());
+  bool cgroup = dir == NULL ? find_cgroup() : strcmp(dir, "none") != 0 && use_cgroup(dir, 0);
+  if (cgroup) { /* (use_cgroup read the hard limit) */
+    hk_store_relaxed(&cg_high, cg_read(CG_HIGH));
+    hk_store_relaxed(&cg_read_ms, hk_os_now_ms());
+  }
   cgroup_on = cgroup;
   char thp[128];
   if (hk_os_read_file("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp) > 0)
@@ -135,7 +171,7 @@ bool hk_limit_allows(size_t more) {
   /* (the options are read each time: hak_option_set may set them) */
   if (!cgroup_on && hk_opt.memory_limit == 0 && hk_opt.memory_soft_limit == 0) return true;
   uint64_t now = hk_os_now_ms(), last = hk_load_relaxed(&cg_read_ms);
-  if (fd_max >= 0 && now >= last + 1000 && atomic_compare_exchange_strong(&cg_read_ms, &last, now))
+  if (cgroup_on && now >= last + 1000 && atomic_compare_exchange_strong(&cg_read_ms, &last, now))
     read_cgroup(now);
   uint64_t held = hk_limit_held();
   bool ok = true, soft = false;
@@ -143,7 +179,7 @@ bool hk_limit_allows(size_t more) {
   if (hk_opt.memory_soft_limit != 0 && held + more > (uint64_t)hk_opt.memory_soft_limit) soft = true;
   uint64_t max = hk_load_relaxed(&cg_max), high = hk_load_relaxed(&cg_high);
   if (max != UINT64_MAX || high != UINT64_MAX) {
-    uint64_t used = hk_os_read_number(fd_current);
+    uint64_t used = cg_read(CG_CURRENT);
     if (used != UINT64_MAX) {
       if (max != UINT64_MAX && used + more + margin(max) > max) ok = false;
       if (high != UINT64_MAX && used + more > high) soft = true;

@@ -306,23 +306,6 @@ long hk_os_read_file(const char *path, char *buf, size_t size) {
   return n;
 }
 
-int hk_os_open_read(const char *path) { return open(path, O_RDONLY | O_CLOEXEC); }
-
-/* The number at the start of an open file (a cgroup's memory.current):
- * UINT64_MAX for "max", for a value of 2^62 or more, and when unreadable. */
-uint64_t hk_os_read_number(int fd) {
-  char buf[32];
-  ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf - 1, 0) : -1;
-  if (n <= 0 || buf[0] < '0' || buf[0] > '9') return UINT64_MAX;
-  buf[n] = 0;
-  uint64_t v = 0;
-  for (const char *s = buf; *s >= '0' && *s <= '9'; s++) {
-    if (v >= (uint64_t)1 << 58) return UINT64_MAX;
-    v = v * 10 + (uint64_t)(*s - '0');
-  }
-  return v;
-}
-
 /* A thread of hakmem's own (the purger, the timeline): detached, a small
  * stack, every signal blocked (it never takes the program's: the mask is
  * inherited from here, then restored). pthread_create may call malloc: the

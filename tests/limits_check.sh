@@ -24,6 +24,10 @@ echo $((1 << 30)) >"$dir/cg/memory.max"
 echo $((200 << 20)) >"$dir/cg/memory.high"
 echo 0 >"$dir/cg/memory.current"
 HAKMEM_CGROUP_DIR="$dir/cg" "$prog" cgroup
+mkdir "$dir/cg2"
+echo $((1 << 30)) >"$dir/cg2/memory.max"
+echo 0 >"$dir/cg2/memory.current"
+HAKMEM_CGROUP_DIR="$dir/cg2" "$prog" descriptors
 
 # huge pages
 never=$(HAKMEM_THP=never "$prog" thp | sed -n 's/^AnonHugePages //p')

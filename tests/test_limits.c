@@ -11,6 +11,12 @@
  *                       against memory.current refuses, memory.high calls
  *                       the handler, a lowered memory.max applies within a
  *                       second
+ *   test_limits descriptors   HAKMEM_CGROUP_DIR as for cgroup: hakmem
+ *                       holds none of its files open; the program's own
+ *                       files at the lowest free descriptors, holding a
+ *                       small number, change no limit (a descriptor
+ *                       hakmem held, closed and reused by the program,
+ *                       would be read as the cgroup's)
  *   test_limits fill    blocks of 1 MiB, written, until malloc returns NULL
  *                       (in a real cgroup: NULL comes before the OOM killer)
  *   test_limits thp     a 64 MiB block, written: prints its process's
@@ -18,6 +24,7 @@
  *   test_limits         without a limit, 256 MiB in blocks of 8 MiB */
 #include "api.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <unistd.h>
@@ -74,6 +81,16 @@ static unsigned long smaps_kb(const char *name) {
     if (strncmp(line, name, n) == 0) kb = strtoul(line + n, NULL, 10);
   fclose(f);
   return kb;
+}
+
+/* Is descriptor fd open on a file under dir? */
+static bool fd_in(int fd, const char *dir) {
+  char link[64], target[4096];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, target, sizeof target - 1);
+  if (n < 0) return false;
+  target[n] = 0;
+  return strncmp(target, dir, strlen(dir)) == 0;
 }
 
 int main(int argc, char **argv) {
@@ -141,6 +158,38 @@ int main(int argc, char **argv) {
     big = malloc(128 * MiB);
     CHECK(big == NULL && errno == ENOMEM, "a lowered memory.max: 128 MiB with 220 of 256 MiB used: %p", big);
     printf("test_limits: cgroup: OK (the handler called %u times)\n", handler_calls);
+    return 0;
+  }
+  if (strcmp(mode, "descriptors") == 0) {
+    const char *dir = getenv("HAKMEM_CGROUP_DIR");
+    CHECK(dir != NULL, "HAKMEM_CGROUP_DIR");
+    char real[4096], num[4200];
+    CHECK(realpath(dir, real) != NULL, "realpath(%s)", dir);
+    free(malloc(100)); /* (hakmem has started) */
+    /* a daemon closes what it inherited, then opens its own files */
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL, "/proc/self/fd");
+    int held = 0, mine[64], n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+      if (e->d_name[0] != '.' && fd_in(atoi(e->d_name), real)) {
+        close(atoi(e->d_name));
+        held++;
+      }
+    closedir(d);
+    snprintf(num, sizeof num, "%s/number", real);
+    int fd = open(num, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    CHECK(fd >= 0 && write(fd, "1000\n", 5) == 5, "cannot write %s", num);
+    close(fd);
+    while (n < 8 && (fd = open(num, O_RDONLY)) >= 0 && fd < 64) mine[n++] = fd;
+    usleep(1100 * 1000); /* (the limits are read again at most once a second) */
+    errno = 0;
+    void *big = malloc(64 * MiB);
+    CHECK(big != NULL, "64 MiB with the program's files (\"1000\") at descriptors %d..%d: errno %d", mine[0],
+          mine[n - 1], errno);
+    free(big);
+    for (int i = 0; i < n; i++) close(mine[i]);
+    CHECK(held == 0, "hakmem held %d of the cgroup's files open", held);
+    printf("test_limits: descriptors: OK (the program's files at %d..%d)\n", mine[0], mine[n - 1]);
     return 0;
   }
   if (strcmp(mode, "thp") == 0 || strcmp(mode, "thp_first") == 0) {
