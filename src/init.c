@@ -33,7 +33,6 @@ void hk_init(void) {
   check_size_classes();
   hk_options_init();
   hk_stats_init();
-  hk_limits_init();
   hk_secure = hk_opt.secure >= 1;
   hk_secure_zero = hk_opt.secure >= 2;
   hk_free_checks = hk_secure;
@@ -129,6 +128,7 @@ void hk_fork_child(void) {
   hk_reclaim_fork_done();
   hk_profile_fork_child();
   hk_pressure_fork_child();
+  hk_limits_fork_child();
   hk_heap_fork_unlock_users();
   if (hk_fork_child_done != NULL) hk_fork_child_done(); /* (every lock usable again) */
 }

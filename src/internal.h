@@ -407,7 +407,7 @@ void hk_profile_fork_prepare(void);
 void hk_profile_fork_parent(void);
 void hk_profile_fork_child(void);
 /* ---- memory limits (limits.c) ---- */
-void hk_limits_init(void);
+void hk_limits_fork_child(void);
 bool hk_limit_allows(size_t more);    /* may hakmem map `more` bytes? (a soft limit crossed: noted) */
 uint64_t hk_limit_held(void);         /* bytes hakmem holds: regions and large mappings */
 int hk_thp_advice(size_t size, bool region); /* HAKMEM_THP's advice for a new mapping: 1, -1 or 0 */

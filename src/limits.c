@@ -17,8 +17,9 @@
  *     100 ms (pressure.c).
  *
  * The cgroup is the process's own (/proc/self/cgroup), or the directory
- * HAKMEM_CGROUP_DIR names; its limits are read at start-up and again at
- * most once a second, so a limit changed while the program runs applies. */
+ * HAKMEM_CGROUP_DIR names; it is looked for, and its limits read, once
+ * hakmem holds more than CG_UNCHECKED, and its limits again at most once a
+ * second, so a limit changed while the program runs applies. */
 #include "internal.h"
 
 #include <string.h>
@@ -28,7 +29,7 @@ static bool cg_v2;                    /* its files have cgroup v2's names, else 
 static _Atomic uint64_t cg_max = UINT64_MAX, cg_high = UINT64_MAX; /* UINT64_MAX: no limit */
 static _Atomic uint64_t cg_read_ms;   /* when they were last read */
 static bool cgroup_on;                /* a cgroup was found */
-static int thp_system;                /* the kernel's THP mode: 0 never, 1 madvise, 2 always */
+static _Atomic int thp_system = -1;   /* the kernel's THP mode: 0 never, 1 madvise, 2 always; -1: not read yet */
 _Atomic bool hk_limit_soft_crossed;   /* a soft limit was crossed: the slow path gives back (thread.c) */
 
 /* What hakmem holds: its regions and large mappings. */
@@ -151,8 +152,22 @@ static void read_cgroup(uint64_t now) {
   hk_store_relaxed(&cg_read_ms, now);
 }
 
-/* At start-up, after the options. */
-void hk_limits_init(void) {
+/* The cgroup is looked for when hakmem first holds more than this: a
+ * process that stays smaller (most short-lived ones: a shell's commands, a
+ * compiler's passes) reads no cgroup file, which would cost tens of
+ * microseconds of its start, and a heap this small is not what a memory
+ * limit is there to stop. */
+#define CG_UNCHECKED ((uint64_t)8 << 20)
+
+/* 0: the cgroup not looked for yet; 1: being looked for (by one thread:
+ * another one's check meanwhile goes without it); 2: looked for, and
+ * cgroup_on says whether one was found. */
+static _Atomic int cg_looked;
+
+static bool cgroup_found(void) {
+  int state = hk_load_acquire(&cg_looked);
+  if (HK_LIKELY(state == 2)) return cgroup_on;
+  if (state != 0 || !atomic_compare_exchange_strong(&cg_looked, &state, 1)) return false;
   const char *dir = hk_opt.cgroup_dir;
   bool cgroup = dir == NULL ? find_cgroup() : strcmp(dir, "none") != 0 && use_cgroup(dir, 0);
   if (cgroup) { /* (use_cgroup read the hard limit) */
@@ -160,25 +175,31 @@ void hk_limits_init(void) {
     hk_store_relaxed(&cg_read_ms, hk_os_now_ms());
   }
   cgroup_on = cgroup;
-  char thp[128];
-  if (hk_os_read_file("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp) > 0)
-    thp_system = strstr(thp, "[always]") ? 2 : strstr(thp, "[madvise]") ? 1 : 0;
+  hk_store_release(&cg_looked, 2);
+  return cgroup;
+}
+
+/* In a child of fork(): a look that another thread of the parent had
+ * begun is begun again. */
+void hk_limits_fork_child(void) {
+  if (hk_load_relaxed(&cg_looked) == 1) hk_store_relaxed(&cg_looked, 0);
 }
 
 /* May hakmem map `more` bytes? False when a hard limit would be crossed;
  * a soft one crossed is noted for the slow path. */
 bool hk_limit_allows(size_t more) {
-  /* (the options are read each time: hak_option_set may set them) */
-  if (!cgroup_on && hk_opt.memory_limit == 0 && hk_opt.memory_soft_limit == 0) return true;
-  uint64_t now = hk_os_now_ms(), last = hk_load_relaxed(&cg_read_ms);
-  if (cgroup_on && now >= last + 1000 && atomic_compare_exchange_strong(&cg_read_ms, &last, now))
-    read_cgroup(now);
   uint64_t held = hk_limit_held();
+  bool cgroup = held + more > CG_UNCHECKED && cgroup_found();
+  /* (the options are read each time: hak_option_set may set them) */
+  if (!cgroup && hk_opt.memory_limit == 0 && hk_opt.memory_soft_limit == 0) return true;
+  uint64_t now = hk_os_now_ms(), last = hk_load_relaxed(&cg_read_ms);
+  if (cgroup && now >= last + 1000 && atomic_compare_exchange_strong(&cg_read_ms, &last, now))
+    read_cgroup(now);
   bool ok = true, soft = false;
   if (hk_opt.memory_limit != 0 && held + more > (uint64_t)hk_opt.memory_limit) ok = false;
   if (hk_opt.memory_soft_limit != 0 && held + more > (uint64_t)hk_opt.memory_soft_limit) soft = true;
   uint64_t max = hk_load_relaxed(&cg_max), high = hk_load_relaxed(&cg_high);
-  if (max != UINT64_MAX || high != UINT64_MAX) {
+  if (cgroup && (max != UINT64_MAX || high != UINT64_MAX)) {
     uint64_t used = cg_read(CG_CURRENT);
     if (used != UINT64_MAX) {
       if (max != UINT64_MAX && used + more + margin(max) > max) ok = false;
@@ -198,19 +219,28 @@ bool hk_limit_allows(size_t more) {
  * set to THP "always" adds no huge-page bloat to a small heap. 1: ask for
  * them (MADV_HUGEPAGE), -1: refuse them, 0: nothing to say. */
 int hk_thp_advice(size_t size, bool region) {
+  int system = hk_load_relaxed(&thp_system);
+  if (HK_UNLIKELY(system < 0)) { /* (read at the first mapping, not at every process's start) */
+    char thp[128];
+    system = 0;
+    if (hk_os_read_file("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp) > 0)
+      system = strstr(thp, "[always]") ? 2 : strstr(thp, "[madvise]") ? 1 : 0;
+    hk_store_relaxed(&thp_system, system);
+  }
   long mode = hk_opt.thp;
   bool want = mode == 2   ? size >= ((size_t)2 << 20)
               : mode == 0 ? false
               : region    ? hk_limit_held() >= ((uint64_t)1 << 30)
                           : size >= ((size_t)32 << 20);
   /* (advice the kernel's mode makes moot costs a system call for nothing) */
-  if (thp_system == 0) return 0;
+  if (system == 0) return 0;
   if (want) return 1;
-  return thp_system == 2 ? -1 : 0;
+  return system == 2 ? -1 : 0;
 }
 
 /* The limits in effect, for the statistics (0: none). */
 void hk_limits_get(uint64_t *hard, uint64_t *soft) {
+  cgroup_found();
   uint64_t max = hk_load_relaxed(&cg_max), high = hk_load_relaxed(&cg_high);
   *hard = (uint64_t)hk_opt.memory_limit;
   *soft = (uint64_t)hk_opt.memory_soft_limit;

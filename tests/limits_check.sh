@@ -24,6 +24,10 @@ echo $((1 << 30)) >"$dir/cg/memory.max"
 echo $((200 << 20)) >"$dir/cg/memory.high"
 echo 0 >"$dir/cg/memory.current"
 HAKMEM_CGROUP_DIR="$dir/cg" "$prog" cgroup
+mkdir "$dir/cg1"
+echo $((1 << 30)) >"$dir/cg1/memory.max"
+echo $((1020 << 20)) >"$dir/cg1/memory.current"
+HAKMEM_CGROUP_DIR="$dir/cg1" "$prog" small
 mkdir "$dir/cg2"
 echo $((1 << 30)) >"$dir/cg2/memory.max"
 echo 0 >"$dir/cg2/memory.current"

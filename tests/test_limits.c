@@ -11,6 +11,11 @@
  *                       against memory.current refuses, memory.high calls
  *                       the handler, a lowered memory.max applies within a
  *                       second
+ *   test_limits small   HAKMEM_CGROUP_DIR as for cgroup, its usage above
+ *                       memory.max less the margin: small blocks are
+ *                       served (a heap of 8 MiB or less is not checked
+ *                       against the cgroup, whose files it never reads),
+ *                       a 32 MiB block is refused
  *   test_limits descriptors   HAKMEM_CGROUP_DIR as for cgroup: hakmem
  *                       holds none of its files open; the program's own
  *                       files at the lowest free descriptors, holding a
@@ -158,6 +163,15 @@ int main(int argc, char **argv) {
     big = malloc(128 * MiB);
     CHECK(big == NULL && errno == ENOMEM, "a lowered memory.max: 128 MiB with 220 of 256 MiB used: %p", big);
     printf("test_limits: cgroup: OK (the handler called %u times)\n", handler_calls);
+    return 0;
+  }
+  if (strcmp(mode, "small") == 0) {
+    for (int i = 0; i < 1000; i++) CHECK((blocks[i] = malloc(1000)) != NULL, "small block %d refused", i);
+    errno = 0;
+    void *big = malloc(32 * MiB);
+    CHECK(big == NULL && errno == ENOMEM, "32 MiB with the cgroup full: %p", big);
+    free_all(1000);
+    printf("test_limits: small: OK\n");
     return 0;
   }
   if (strcmp(mode, "descriptors") == 0) {
