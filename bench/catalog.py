@@ -48,6 +48,12 @@ BENCHMARKS = [
     Bench("mem_random", ["mem_random", "1000000"],
           extras=(("overhead_bytes_per_alloc", "overhead B/alloc", 1),),
           what="1M x 16-128 B, overhead bytes per allocation"),
+    Bench("full_pages", ["sweep", "dist=fixed", "lo=256", "hi=256", "live=1024", "ops=20000000", "order=random",
+                         "touch=first", "batch=1"],
+          ["sweep", "dist=fixed", "lo=256", "hi=256", "live=1024", "ops=2000000", "order=random", "touch=first",
+           "batch=1"],
+          what="1024 live blocks of 256 B, as many as their pages hold: one at a time, a random one freed and "
+               "another allocated"),
     Bench("fixed_64k", ["fixed", "65536", "3000000"], what="64 KiB blocks, working set 4"),
     Bench("fixed_256k", ["fixed", "262144", "1000000"], what="256 KiB blocks, working set 4"),
     Bench("fixed_2m", ["fixed", "2097152", "80000"], ["fixed", "2097152", "10000"],

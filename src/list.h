@@ -38,4 +38,17 @@
     (list)->last = e_;                                 \
   } while (0)
 
+/* The elements of `other` after those of `list`, in their order; `other`
+ * left empty. */
+#define hk_list_append(list, other)                    \
+  do {                                                 \
+    if ((other)->first) {                              \
+      if ((list)->last) (list)->last->next = (other)->first; \
+      else (list)->first = (other)->first;             \
+      (other)->first->prev = (list)->last;             \
+      (list)->last = (other)->last;                    \
+      (other)->first = (other)->last = NULL;           \
+    }                                                  \
+  } while (0)
+
 #endif /* HK_LIST_H */

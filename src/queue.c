@@ -485,6 +485,7 @@ static void page_emptied(hk_heap *h, hk_page *page) {
      * blocks along, before the page rejoins the queue. */
     if (hk_page_collect(page, HK_PAGE_NORMAL) == HK_COLLECT_RECLAIMED) return; /* a stray free's doing */
     unpark(h, page);
+    page->rejoined = 1;
   }
   /* Each class keeps at most one empty page, as its current page, so a
    * malloc/free loop does not churn pages. An empty single-slab current
@@ -571,6 +572,7 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
   if (page == NULL) return NULL;
   hk_page_init(page, cls);
   page->untrimmed = tail_dirty && hk_color_slabs(cls, nslabs);
+  page->rejoined = 0;
   hk_store_release(&page->heap, hk_owner_tag(h));
   h->stats.pages_acquired++;
   /* Every so often look at all parked pages: a hint can be lost when a page
@@ -581,6 +583,7 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
 
 static hk_page *make_current(hk_heap *h, unsigned cls, hk_page *p) {
   unhold(h, p);
+  p->rejoined = 0;
   hk_page_queue *q = &h->queues[cls];
   if (p != q->first) {
     uncurrent(q->first);
@@ -589,6 +592,25 @@ static hk_page *make_current(hk_heap *h, unsigned cls, hk_page *p) {
   }
   hk_heap_set_current(h, cls);
   return p;
+}
+
+/* A page of many blocks back in its queue with few of them free: a page
+ * that its owner's free took off the full list (rejoined), with fewer
+ * than 1 in 16 of its blocks free. The page search passes it by for any
+ * other page, carving, or a new span, and takes it only when no span can
+ * be had. A class whose live blocks fill its pages (a program that frees
+ * a block and allocates one of the same size, with a steady count of
+ * them) would otherwise run on such pages: each free into a full page
+ * puts the page back in the queue with that one block, and the next
+ * malloc's search makes it current for that block alone, a search and a
+ * park per block. New blocks give the class room instead, and the pages
+ * passed by gather the frees that follow. What a class leaves unused this
+ * way is under 1/16 of its pages, plus the room it takes. Pages that
+ * other threads' frees bring back (hk_heap_rescue_full) are not passed by:
+ * those frees come in runs, and a producer thread whose blocks a consumer
+ * frees would otherwise take new pages while its own fill again. */
+HK_INLINE bool page_scant(const hk_page *p) {
+  return p->rejoined && p->reserved >= 128 && p->capacity - hk_page_used(p) < p->reserved / 16u;
 }
 
 /* Find a page of class cls with a free block and make it current. Memory
@@ -608,14 +630,29 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
   }
   if (hk_load_acquire(&h->remote_hint)) hk_heap_rescue_full(h);
   hk_page_queue *q = &h->queues[cls];
-  hk_page *carvable = NULL;
+  hk_page *carvable = NULL, *scant = NULL;
+  hk_page_queue passed = {NULL, NULL}; /* scant pages passed by, back at the queue's end after the search */
   for (int round = 0; round < ADOPT_ROUNDS; round++) {
     hk_page *next;
     for (hk_page *p = q->first; p != NULL; p = next) {
       next = p->next;
       if (hk_list_end(p->free) && (hk_load_relaxed(&p->remote) & ~HK_REMOTE_STATE_MASK))
         hk_page_collect(p, HK_PAGE_NORMAL);
-      if (!hk_list_end(p->free)) return make_current(h, cls, p);
+      if (!hk_list_end(p->free)) {
+        /* (a page passed by takes the blocks other threads freed into it
+         * first: they may make up its share) */
+        if (page_scant(p) && (hk_load_relaxed(&p->remote) & ~HK_REMOTE_STATE_MASK)) hk_page_collect(p, HK_PAGE_NORMAL);
+        if (!page_scant(p)) {
+          hk_list_append(q, &passed);
+          return make_current(h, cls, p);
+        }
+        if (scant == NULL) scant = p;
+        /* (to the end: the next search looks first at pages that have had
+         * longer to gather frees) */
+        hk_list_remove(q, p);
+        hk_list_push_back(&passed, p);
+        continue;
+      }
       /* hardened mode: a page whose list ended has handed out every block it
        * carved (those in a quarantine, the stash or its remote stack count
        * as handed out), unless a link rewritten to the list's end cut the
@@ -640,6 +677,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
     uncurrent(q->first);
     hk_list_push_front(q, p);
   }
+  hk_list_append(q, &passed);
   if (carvable != NULL && hk_page_extend(carvable)) return make_current(h, cls, carvable);
   /* about to take a new span: first give back the inside of free blocks
    * (both calls made only when due: with one block a page, as for 64 KiB
@@ -655,6 +693,7 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
   if (hk_load_relaxed(&hk_abandoned_hint)) hk_abandoned_sweep(false, false);
   hk_page *p = fresh_page(h, cls, hk_class_slabs[cls], 0, NULL);
   if (p == NULL) {
+    if (scant != NULL) return make_current(h, cls, scant);
     hk_heap_set_current(h, cls);
     return NULL;
   }

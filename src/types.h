@@ -167,7 +167,9 @@ typedef struct hk_page {
   uint16_t lent;             /* bit k: the span's slab k is lent back to its region while the page
                                 lives (lend.c, lend_free_slabs); never bit 0 */
   _Atomic uint8_t reclaiming; /* a remote freer is giving the parked page back (remote.c) */
-  uint8_t untrimmed;         /* queue.c: its span beyond the carved blocks may hold memory to purge */
+  uint8_t untrimmed : 1;     /* queue.c: its span beyond the carved blocks may hold memory to purge */
+  uint8_t rejoined : 1;      /* queue.c: back in its queue from the full list by its owner's free,
+                                not current since (page_scant) */
   uint8_t held;              /* queue.c: an empty page left in its class's queue, in held_bytes */
   _Atomic uint8_t sampled;   /* profile.c: a page of one block whose block is a live sample; cleared
                                 by the free that drops the sample (hk_page_sample_freed) */
