@@ -39,11 +39,7 @@ void *hk_calloc(size_t n, size_t size) {
  * boundaries; coloured classes (one block per page, at a cache-line offset:
  * page.c) only for alignments up to a cache line. Larger alignments get a
  * large block. */
-void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
-  if (align <= 16 && (align <= 8 || size > 8)) {
-    /* the blocks of every class above 8 B are 16-aligned */
-    return zero ? hk_calloc(1, size) : hk_malloc_fast(size);
-  }
+static HK_NOINLINE void *alloc_aligned_class(size_t align, size_t size, bool zero) {
   if (size > HK_MAX_REQUEST) {
     errno = ENOMEM;
     return NULL;
@@ -69,6 +65,20 @@ void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
     }
   }
   return hk_alloc_large(size, align, zero);
+}
+
+void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
+  if (align <= 16 && (align <= 8 || size > 8)) {
+    /* the blocks of every class above 8 B are 16-aligned */
+    return zero ? hk_calloc(1, size) : hk_malloc_fast(size);
+  }
+  if (align <= 64 && size <= HK_LUT_MAX - 64 && !hk_secure && !zero) {
+    /* the class of a multiple of 32 or 64 up to HK_LUT_MAX has a size that
+     * is a multiple of it too (init.c checks), and its blocks lie that far
+     * apart from their slab's start: malloc's fast path, as it is */
+    return hk_malloc_fast(size <= align ? align : (size + align - 1) & ~(align - 1));
+  }
+  return alloc_aligned_class(align, size, zero);
 }
 
 void *hk_realloc(void *p, size_t size) { return hk_realloc_in(p, size, NULL); }

@@ -19,6 +19,11 @@ static void check_size_classes(void) {
     if (hk_size_class(s) != c || hk_size_class(hk_class_size[c - 1] + 1) != c)
       hk_fatal("internal error: size class table is inconsistent", NULL);
   }
+  /* (what hk_alloc_aligned's small path relies on) */
+  for (size_t align = 32; align <= 64; align *= 2)
+    for (size_t s = align; s <= HK_LUT_MAX; s += align)
+      if (hk_class_size[hk_size_class(s)] % align != 0 || hk_class_size[hk_size_class(s)] > 2 * s)
+        hk_fatal("internal error: size class table is inconsistent", NULL);
 }
 
 void hk_init(void) {

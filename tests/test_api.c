@@ -176,6 +176,30 @@ static void *aligned_call(int kind, size_t align, size_t size) {
   return p;
 }
 
+/* Every size up to 1 KiB at the alignments that malloc's own classes give
+ * (32 and 64: hakmem serves them through malloc's fast path), 64 of them
+ * live at a time, written whole. */
+static void test_aligned_small(void) {
+  for (int kind = 0; kind < 3; kind++) {
+    for (size_t align = 32; align <= 64; align *= 2) {
+      for (size_t size = 1; size <= 1024; size++) {
+        void *p = aligned_call(kind, align, size);
+        char what[64];
+        snprintf(what, sizeof what, "%s(align %zu)", aln_name[kind], align);
+        pool_add(check_new(p, size, align, what));
+        if (pool_n == 64) {
+          check_pool_disjoint("small aligned blocks");
+          verify_pool("small aligned blocks");
+          for (size_t i = 0; i < pool_n; i++) API(free)(pool[i].p);
+          pool_n = 0;
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < pool_n; i++) API(free)(pool[i].p);
+  pool_n = 0;
+}
+
 static void test_aligned_valid(void) {
   for (int kind = 0; kind < 3; kind++) {
     size_t min_align = kind == ALN_POSIX ? sizeof(void *) : 1;
@@ -764,6 +788,7 @@ int main(void) {
   RUN(test_sizes_geometric);
   RUN(test_class_pages);
   RUN(test_aligned_valid);
+  RUN(test_aligned_small);
   RUN(test_aligned_region_size);
   RUN(test_aligned_invalid);
   RUN(test_aligned_size_zero);
