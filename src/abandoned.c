@@ -103,6 +103,7 @@ void hk_abandon_page(hk_page *page) {
   }
   hk_page_set_state(page, HK_USED_NORMAL);
   page->held = 0; /* (the heap's held_bytes goes with the heap) */
+  page->rejoined = 0; /* (its adopter takes it as any other page: queue.c, page_scant) */
   hk_store_release(&page->heap, NULL);
   __atomic_store_n(&page->idle_ms, 0, __ATOMIC_RELAXED); /* (read by freers: hk_abandoned_unfull) */
   if (hk_page_used(page) == 0) {
