@@ -80,6 +80,7 @@ uintptr_t hk_derive_key(uint64_t a, uint64_t b); /* keyed hash of (a, b), bits 4
 uintptr_t hk_page_key(uint64_t page);            /* a page's key, from its thread's seed */
 void hk_derive_list_keys(uint64_t a, uint64_t b, uintptr_t *add, uintptr_t *mul, uintptr_t *inv); /* hk_cache_link's */
 uint64_t hk_random_gap(uint64_t mean);           /* exponentially distributed, this thread's generator */
+double hk_neg_log_uniform(uint64_t r);          /* -ln(u), u uniform in (0, 1) from r's top 53 bits */
 size_t hk_fmt_hex(char *buf, uintptr_t v);
 size_t hk_fmt_dec(char *buf, uint64_t v);
 size_t hk_fmt_json_char(char *buf, unsigned char ch); /* ch escaped for a JSON string (1-6 bytes) */

@@ -97,30 +97,61 @@ uintptr_t hk_page_key(uint64_t page) {
   return (uintptr_t)v;
 }
 
-/* -ln(u) for u uniform in (0, 1), from the top 53 bits of r, within 1e-8
- * (the library links no libm): u = 2^e x with x in [sqrt(1/2), sqrt(2)),
- * x built from u's bits, and ln(x) = t p(t), t = x - 1, where p is a
- * polynomial of degree 8 fitted at Chebyshev nodes of that interval. No
- * division and no branch: a sample's draw is on the profiler's path. */
-static double neg_log_uniform(uint64_t r) {
+/* ln(c) and 1/c for c = 1 + i/32, i = 0..32 */
+static const double LN_STEP[33][2] = {
+  {0, 1}, /* 32/32 */
+  {0x1.f829b0e783300p-6, 0x1.f07c1f07c1f08p-1}, /* 33/32 */
+  {0x1.f0a30c01162a6p-5, 0x1.e1e1e1e1e1e1ep-1}, /* 34/32 */
+  {0x1.6f0d28ae56b4cp-4, 0x1.d41d41d41d41dp-1}, /* 35/32 */
+  {0x1.e27076e2af2e6p-4, 0x1.c71c71c71c71cp-1}, /* 36/32 */
+  {0x1.29552f81ff523p-3, 0x1.bacf914c1bad0p-1}, /* 37/32 */
+  {0x1.5ff3070a793d4p-3, 0x1.af286bca1af28p-1}, /* 38/32 */
+  {0x1.9525a9cf456b4p-3, 0x1.a41a41a41a41ap-1}, /* 39/32 */
+  {0x1.c8ff7c79a9a22p-3, 0x1.999999999999ap-1}, /* 40/32 */
+  {0x1.fb9186d5e3e2bp-3, 0x1.8f9c18f9c18fap-1}, /* 41/32 */
+  {0x1.1675cababa60ep-2, 0x1.8618618618618p-1}, /* 42/32 */
+  {0x1.2e8e2bae11d31p-2, 0x1.7d05f417d05f4p-1}, /* 43/32 */
+  {0x1.4618bc21c5ec2p-2, 0x1.745d1745d1746p-1}, /* 44/32 */
+  {0x1.5d1bdbf5809cap-2, 0x1.6c16c16c16c17p-1}, /* 45/32 */
+  {0x1.739d7f6bbd007p-2, 0x1.642c8590b2164p-1}, /* 46/32 */
+  {0x1.89a3386c1425bp-2, 0x1.5c9882b931057p-1}, /* 47/32 */
+  {0x1.9f323ecbf984cp-2, 0x1.5555555555555p-1}, /* 48/32 */
+  {0x1.b44f77bcc8f63p-2, 0x1.4e5e0a72f0539p-1}, /* 49/32 */
+  {0x1.c8ff7c79a9a22p-2, 0x1.47ae147ae147bp-1}, /* 50/32 */
+  {0x1.dd46a04c1c4a1p-2, 0x1.4141414141414p-1}, /* 51/32 */
+  {0x1.f128f5faf06edp-2, 0x1.3b13b13b13b14p-1}, /* 52/32 */
+  {0x1.02552a5a5d0ffp-1, 0x1.3521cfb2b78c1p-1}, /* 53/32 */
+  {0x1.0be72e4252a83p-1, 0x1.2f684bda12f68p-1}, /* 54/32 */
+  {0x1.154c3d2f4d5eap-1, 0x1.29e4129e4129ep-1}, /* 55/32 */
+  {0x1.1e85f5e7040d0p-1, 0x1.2492492492492p-1}, /* 56/32 */
+  {0x1.2795e1289b11bp-1, 0x1.1f7047dc11f70p-1}, /* 57/32 */
+  {0x1.307d7334f10bep-1, 0x1.1a7b9611a7b96p-1}, /* 58/32 */
+  {0x1.393e0d3562a1ap-1, 0x1.15b1e5f75270dp-1}, /* 59/32 */
+  {0x1.41d8fe84672aep-1, 0x1.1111111111111p-1}, /* 60/32 */
+  {0x1.4a4f85db03ebbp-1, 0x1.0c9714fbcda3bp-1}, /* 61/32 */
+  {0x1.52a2d265bc5abp-1, 0x1.0842108421084p-1}, /* 62/32 */
+  {0x1.5ad404c359f2dp-1, 0x1.0410410410410p-1}, /* 63/32 */
+  {0x1.62e42fefa39efp-1, 0x1.0000000000000p-1}, /* 64/32 */
+};
+
+/* -ln(u) for u uniform in (0, 1), from the top 53 bits of r, within 1e-9
+ * (the library links no libm): u = 2^e x with x in [1, 2), and ln(x) =
+ * ln(c) + ln(1 + t), t = x / c - 1, where c is the nearest of the 33 steps
+ * 1 + i/32 (so |t| <= 1/64) and ln(1 + t) is its series to t^4. The steps
+ * include both ends, so that u near 1 (x near 2) comes out as the small
+ * positive number it is. No division and no branch: a sample's draw is on
+ * the profiler's path. */
+double hk_neg_log_uniform(uint64_t r) {
   uint64_t m = (r >> 11) | 1; /* u = m / 2^53 */
   int z = __builtin_clzll(m), e = 63 - z - 53; /* m = 2^(e + 53) (1 + frac / 2^52) */
   uint64_t frac = (m << z) << 1 >> 12;
-  uint64_t high = frac >= 0x6a09e667f3bcdull; /* 1 + frac / 2^52 >= sqrt(2): halve it */
-  uint64_t bits = frac | (0x3ffull - high) << 52;
+  uint64_t bits = frac | 0x3ffull << 52;
   double x;
   memcpy(&x, &bits, sizeof x);
-  double t = x - 1;
-  double p = 0.08533313081208015;
-  p = p * t - 0.14269258205119506;
-  p = p * t + 0.1497740128028464;
-  p = p * t - 0.16577992896969204;
-  p = p * t + 0.19955933358385677;
-  p = p * t - 0.25001352185488634;
-  p = p * t + 0.333341932861348;
-  p = p * t - 0.4999999638212397;
-  p = p * t + 0.9999999741310671;
-  return -((double)(e + (int)high) * 0.6931471805599453 + t * p);
+  const double *step = LN_STEP[(frac + ((uint64_t)1 << 46)) >> 47];
+  double t = x * step[1] - 1;
+  double ln1t = t * (1 + t * (-0.5 + t * (1.0 / 3 + t * -0.25)));
+  return -((double)e * 0x1.62e42fefa39efp-1 + step[0] + ln1t);
 }
 
 /* A gap drawn from the exponential distribution of mean `mean`, from the
@@ -131,6 +162,6 @@ uint64_t hk_random_gap(uint64_t mean) {
   rng ^= rng << 13;
   rng ^= rng >> 7;
   rng ^= rng << 17;
-  double gap = neg_log_uniform(rng * 0x2545F4914F6CDD1Dull) * (double)mean;
+  double gap = hk_neg_log_uniform(rng * 0x2545F4914F6CDD1Dull) * (double)mean;
   return gap < 1 ? 1 : gap >= (double)((uint64_t)1 << 61) ? (uint64_t)1 << 61 : (uint64_t)gap;
 }

@@ -55,11 +55,13 @@ typedef struct prof_stack {
   uintptr_t pc[STACK_MAX];
 } prof_stack;
 
-/* A stack's counts, in STRIPES copies: a thread adds to the copy of its
- * number modulo STRIPES, so threads sampling at one site seldom take the
- * counts' cache line from each other (each add would wait for it); a
- * profile sums the copies. */
-#define STRIPES 8
+/* A stack's counts, in a copy per shard of the live samples (below): a
+ * sample's counts go to the copy of the shard that records it, its free's
+ * to that of the shard it leaves, each under that shard's lock, so the
+ * adds are a plain load and store (no read-modify-write: the lock is the
+ * one atomic operation of a sample and of its free), and threads sampling
+ * at one site seldom take the counts' cache line from each other; a
+ * profile sums the copies (relaxed loads, as a shard's writer stores). */
 typedef struct stack_count {
   _Atomic uint64_t alloc_count, alloc_bytes; /* samples taken here, and their bytes (raw) */
   _Atomic uint64_t freed[LIFETIMES];         /* samples freed, by lifetime (LIFETIME_MS) */
@@ -113,8 +115,8 @@ typedef struct sample_shard {
 } sample_shard;
 static sample_shard shards[SHARDS];
 
-static _Atomic uint64_t size_samples[STRIPES][SIZE_BUCKETS][2]; /* sampled allocations by size: samples,
-                                                                    bytes (raw), striped as the stacks' counts */
+static _Atomic uint64_t size_samples[SHARDS][SIZE_BUCKETS][2]; /* sampled allocations by size: samples,
+                                                                   bytes (raw), a copy per shard as the stacks' counts */
 static uint64_t start_ms; /* hk_os_now_ms() when the profiler started */
 
 /* A number for this thread, from 1 (a sample's allocator, compared at its free) */
@@ -124,15 +126,15 @@ static uint32_t thread_number(void) {
   if (number == 0) number = atomic_fetch_add_explicit(&threads, 1, memory_order_relaxed) + 1;
   return number;
 }
-static stack_count *counts; /* STRIPES x (STACKS_MAX + 1), mapped: pages touched as stacks appear */
+static stack_count *counts; /* SHARDS x (STACKS_MAX + 1), mapped: pages touched as stacks appear */
 
-/* This thread's copy of the counts of the stack with index i */
-static stack_count *my_count(uint32_t i) {
-  return &counts[(size_t)(thread_number() % STRIPES) * (STACKS_MAX + 1) + i];
-}
+/* Shard k's copy of the counts of the stack with index i (its lock held) */
+static stack_count *shard_count(unsigned k, uint32_t i) { return &counts[(size_t)k * (STACKS_MAX + 1) + i]; }
+/* *c += v by the one writer of *c (a shard's lock holder) */
+static void count_add(_Atomic uint64_t *c, uint64_t v) { hk_store_relaxed(c, hk_load_relaxed(c) + v); }
 static stack_total total_of(uint32_t i) {
   stack_total t = {0};
-  for (unsigned c = 0; c < STRIPES; c++) {
+  for (unsigned c = 0; c < SHARDS; c++) {
     const stack_count *s = &counts[(size_t)c * (STACKS_MAX + 1) + i];
     t.alloc_count += hk_load_relaxed(&s->alloc_count);
     t.alloc_bytes += hk_load_relaxed(&s->alloc_bytes);
@@ -441,8 +443,18 @@ static bool grow(sample_shard *sh) {
   return true;
 }
 
+/* The sample of the block at addr, and its counts (size: bytes asked for;
+ * stack: its stack's index) */
 static void sample_add(sample_shard *sh, uintptr_t addr, size_t size, uint32_t stack, uint64_t now) {
   bool took = hk_spin_lock(&sh->lock);
+  unsigned k = (unsigned)(sh - shards);
+  stack_count *c = shard_count(k, stack);
+  count_add(&c->alloc_count, 1);
+  count_add(&c->alloc_bytes, size);
+  unsigned b = 63 - (unsigned)__builtin_clzll((uint64_t)size | 1);
+  if (b >= SIZE_BUCKETS) b = SIZE_BUCKETS - 1;
+  count_add(&size_samples[k][b][0], 1);
+  count_add(&size_samples[k][b][1], size);
   prof_sample *s = sample_find(sh, addr);
   if (s == NULL && ((sh->n + 1) * 4 <= sh->cap * 3 || grow(sh))) {
     size_t i = sample_slot(sh, addr);
@@ -498,14 +510,6 @@ static void record_sample(sample_shard *sh, uintptr_t addr, size_t size) {
 #if defined(__x86_64__)
   if (last_walk.stack == STACK_PENDING) last_walk.stack = index;
 #endif
-  stack_count *c = my_count(index);
-  atomic_fetch_add_explicit(&c->alloc_count, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&c->alloc_bytes, size, memory_order_relaxed);
-  unsigned b = 63 - (unsigned)__builtin_clzll((uint64_t)size | 1);
-  if (b >= SIZE_BUCKETS) b = SIZE_BUCKETS - 1;
-  _Atomic uint64_t *sizes = size_samples[thread_number() % STRIPES][b];
-  atomic_fetch_add_explicit(&sizes[0], 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&sizes[1], size, memory_order_relaxed);
   sample_add(sh, addr, size, index, hk_os_now_ms());
 }
 
@@ -564,9 +568,9 @@ static bool forget_in(sample_shard *sh, uintptr_t p, uint64_t now) {
     uint64_t life = now - s->when;
     unsigned k = 0;
     while (k < LIFETIMES - 1 && life >= LIFETIME_MS[k]) k++;
-    stack_count *c = my_count(s->stack);
-    atomic_fetch_add_explicit(&c->freed[k], 1, memory_order_relaxed);
-    if (s->thread != thread_number()) atomic_fetch_add_explicit(&c->freed_remote, 1, memory_order_relaxed);
+    stack_count *c = shard_count((unsigned)(sh - shards), s->stack);
+    count_add(&c->freed[k], 1);
+    if (s->thread != thread_number()) count_add(&c->freed_remote, 1);
     sample_remove_at(sh, (size_t)(s - sh->table));
   }
   if (took) hk_spin_unlock(&sh->lock);
@@ -884,7 +888,7 @@ static void write_json(int fd, const live_tally *t, bool names, uint64_t uptime_
   first = true;
   for (unsigned b = 0; b < SIZE_BUCKETS; b++) {
     uint64_t n = 0, bytes = 0;
-    for (unsigned c = 0; c < STRIPES; c++) n += hk_load_relaxed(&size_samples[c][b][0]), bytes += hk_load_relaxed(&size_samples[c][b][1]);
+    for (unsigned c = 0; c < SHARDS; c++) n += hk_load_relaxed(&size_samples[c][b][0]), bytes += hk_load_relaxed(&size_samples[c][b][1]);
     if (n == 0) continue;
     double k = scale(bytes / n);
     out_str(&o, first ? "{\"min\":" : ",{\"min\":");
@@ -1073,7 +1077,7 @@ void hk_profile_init(void) {
     if (shards[k].table == NULL) return;
   }
   stacks = hk_os_map_aligned((STACKS_MAX + 1) * sizeof *stacks, 4096);
-  counts = hk_os_map_aligned((size_t)STRIPES * (STACKS_MAX + 1) * sizeof *counts, 4096);
+  counts = hk_os_map_aligned((size_t)SHARDS * (STACKS_MAX + 1) * sizeof *counts, 4096);
   stack_slots = hk_os_map_aligned(2 * STACKS_MAX * sizeof *stack_slots, 4096);
 }
 

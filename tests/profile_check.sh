@@ -9,7 +9,8 @@
 #   profile; the leak report at exit names the holding sites;
 #   hak_profile_dump fails with ENOSYS when the profiler is off; threads
 #   that exit one after another leave their sample heaps to the next;
-#   buffers grown by realloc leave no more pages behind profiled than not.
+#   buffers grown by realloc leave no more pages behind profiled than not;
+#   samples freed at different ages are counted in their lifetime classes.
 # Usage: profile_check.sh TEST_PROFILE
 set -eu
 prog=$1
@@ -56,6 +57,30 @@ for s in doc["stacks"]:
 assert set(left) == {"profile_span_current", "profile_span_remote"}, "sampled sites missing: %s" % left
 assert all(v == 0 for v in left.values()), "freed samples left in the profile: %s" % left
 print("freed: no sample left of 100 blocks freed from their current page, 16 freed by another thread")
+PY
+
+# lifetimes: samples freed at once, after 30 ms and after 1.1 s counted
+# as freed within 10 ms, within 1 s and later (a few of those freed at
+# once may wait past 10 ms on a busy machine)
+HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=1024 "$prog" lifetimes "$dir/life.heap" 2>/dev/null
+python3 - "$dir/life.heap.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+assert doc["lifetime_ms"] == [10, 1000], doc["lifetime_ms"]
+freed = {}
+for s in doc["stacks"]:
+    fn = s["frames"][0].get("function") if s["frames"] else None
+    if fn and fn.startswith("life_"):
+        f = freed.setdefault(fn, [0, 0, 0])
+        for k in range(3): f[k] += s["samples_freed"][k]
+want = {"life_short": 0, "life_mid": 1, "life_long": 2}
+assert set(freed) == set(want), "sites missing: %s" % freed
+for fn, k in want.items():
+    n = sum(freed[fn])
+    assert n >= 30, "%s: %d samples freed of 40 blocks" % (fn, n)
+    need = 0.8 * n if k == 0 else n
+    assert freed[fn][k] >= need, "%s: freed %s, not in class %d" % (fn, freed[fn], k)
+print("lifetimes: " + ", ".join("%s %s" % (fn, freed[fn]) for fn in want))
 PY
 
 # google-pprof: live space by function, and allocated space

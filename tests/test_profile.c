@@ -162,6 +162,32 @@ static void freed_spans(const char *path) {
   CHECK(pthread_join(t, NULL) == 0, "thread");
 }
 
+/* Lifetimes: blocks of 4 KiB (each sampled at a rate of 1 KiB but for
+ * e^-4 of them) allocated at one site each, then freed at once, after
+ * 30 ms or after 1.1 s. */
+#define LIFE_BLOCKS 40
+static void *life_blocks[LIFE_BLOCKS];
+#define LIFE_SITE(name)                                                                       \
+  __attribute__((noinline)) void name(void) {                                                 \
+    for (int i = 0; i < LIFE_BLOCKS; i++) CHECK((life_blocks[i] = malloc(4096)) != NULL, "malloc"); \
+  }
+LIFE_SITE(life_short)
+LIFE_SITE(life_mid)
+LIFE_SITE(life_long)
+static void life_free_after(unsigned ms) {
+  if (ms != 0) usleep(ms * 1000);
+  for (int i = 0; i < LIFE_BLOCKS; i++) free(life_blocks[i]);
+}
+static void lifetimes(const char *path) {
+  life_short();
+  life_free_after(0);
+  life_mid();
+  life_free_after(30);
+  life_long();
+  life_free_after(1100);
+  CHECK(hak_profile_dump(path) == 0, "hak_profile_dump(%s): %s", path, strerror(errno));
+}
+
 __attribute__((noinline)) void *profile_short_thread(void *arg) {
   void *p[64];
   for (int round = 0; round < 64; round++) {
@@ -224,9 +250,13 @@ int main(int argc, char **argv) {
     printf("test_profile: off: OK\n");
     return 0;
   }
-  CHECK(argc >= 3, "usage: test_profile dump|signal|freed PATH | threads | [off]");
+  CHECK(argc >= 3, "usage: test_profile dump|signal|freed|lifetimes PATH | threads | [off]");
   if (strcmp(argv[1], "freed") == 0) {
     freed_spans(argv[2]);
+    return 0;
+  }
+  if (strcmp(argv[1], "lifetimes") == 0) {
+    lifetimes(argv[2]);
     return 0;
   }
   size_t live = workload();
