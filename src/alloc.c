@@ -129,6 +129,7 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
   void *q;
   if (heap == NULL && realloc_small(p, size, &q)) return q;
   hk_region *r = hk_region_lookup(p);
+  if (r != NULL && r->kind == HK_KIND_LARGE && heap == NULL && hk_large_resize_in_pages(r, p, size)) return p;
   if (r != NULL && r->kind != HK_KIND_LARGE) {
     /* a freed block first: its size (hardened mode: the trailer) is gone.
      * The owner confirms with the block's foreign tag (a freed block held
@@ -142,7 +143,7 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
          hk_page_contains_free(page, (hk_block *)p)))
       hk_fatal("realloc() of a freed block", p);
   }
-  size_t usable = hk_block_size(p, "realloc()"); /* also validates p */
+  size_t usable = hk_block_size_in(r, p, "realloc()"); /* also validates p */
   hk_heap *in = hk_user_heap_of(r, p); /* a block of a heap the program made stays in it */
   if (heap != NULL && in != heap) hk_fatal_in("hak_heap_realloc()", "a block of another heap (or of none)", p);
   if (size == 0) {

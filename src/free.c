@@ -44,10 +44,10 @@ void hk_free_slow(void *p) {
   free_invalid(p);
 }
 
-/* Usable size of a live block; `who` names the caller in error reports. */
-size_t hk_block_size(const void *p, const char *who) {
+/* Usable size of a live block (r: hk_region_lookup(p)); `who` names the
+ * caller in error reports. */
+size_t hk_block_size_in(hk_region *r, const void *p, const char *who) {
   uintptr_t a = (uintptr_t)p;
-  hk_region *r = hk_region_lookup(p);
   if (r == NULL) hk_fatal_in(who, "pointer not allocated by hakmem", p);
   if (r->kind == HK_KIND_LARGE) {
     if (r->large_state != HK_LARGE_LIVE || (char *)p != (char *)r + r->user_offset)
@@ -64,7 +64,9 @@ size_t hk_block_size(const void *p, const char *who) {
   return hk_page_usable(page);
 }
 
-size_t hk_usable_size(const void *p) { return p == NULL ? 0 : hk_block_size(p, "malloc_usable_size()"); }
+size_t hk_usable_size(const void *p) {
+  return p == NULL ? 0 : hk_block_size_in(hk_region_lookup(p), p, "malloc_usable_size()");
+}
 
 HK_API HK_HOT void hak_free(void *p) { hk_free_fast(p); }
 HK_API void hak_free_sized(void *p, size_t size) { (void)size; hk_free_fast(p); }

@@ -365,6 +365,7 @@ extern pthread_mutex_t hk_large_lock;
 void *hk_large_alloc(size_t size, size_t align, bool zero);
 void hk_large_free(hk_region *r, void *p);
 void *hk_large_realloc(hk_region *r, void *p, size_t size);
+bool hk_large_resize_in_pages(hk_region *r, void *p, size_t size); /* realloc's lock-free step: the same pages */
 bool hk_large_trim(bool force);
 bool hk_large_pending(void);
 void hk_large_fork_child(void); /* (hk_large_lock held) */
@@ -485,7 +486,7 @@ void *hk_realloc(void *p, size_t size);
 void *hk_realloc_in(void *p, size_t size, hk_heap *heap); /* heap: hak_heap_realloc's, or NULL */
 void hk_free_slow(void *p);
 size_t hk_usable_size(const void *p);
-size_t hk_block_size(const void *p, const char *who);
+size_t hk_block_size_in(hk_region *r, const void *p, const char *who);
 hk_region *hk_region_lookup(const void *p);
 void hk_stats_report(void); /* HAKMEM_STATS's report now (malloc_stats) */
 

@@ -1016,6 +1016,27 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   return (char *)n + n->user_offset;
 }
 
+/* realloc of the live large block p (r's) to a size that ends in the same
+ * page as its block does now: only the asked size changes, so there is no
+ * tail to list or forget and no lock to take (the block is the caller's;
+ * the thread whose live bytes count it is this one, or none, so no thread's
+ * exit changes that count meanwhile, as at its allocation, thread_count).
+ * The common step of a buffer that grows by small appends. False, having
+ * done nothing, for anything else, which hk_large_realloc and the checks
+ * before it take. */
+bool hk_large_resize_in_pages(hk_region *r, void *p, size_t size) {
+  if (hk_secure || r->large_state != HK_LARGE_LIVE || (char *)p != (char *)r + r->user_offset || r->large_sampled)
+    return false;
+  size_t usable = r->block_end - r->user_offset;
+  if (size > usable || size <= usable - HK_OS_PAGE || size < usable / 2) return false;
+  hk_heap *t = r->large_thread;
+  if (t != NULL && t != hk_tls_heap) return false;
+  hk_add_relaxed(&live_asked, size - r->user_size); /* modulo 2^64 */
+  thread_recount_locked(r, r->user_size, size, false); /* (see above: no lock needed) */
+  r->user_size = size;
+  return true;
+}
+
 /* Resize in place or move with mremap. NULL: the caller copies. */
 void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   if (size > HK_MAX_REQUEST) return NULL;

@@ -3,7 +3,7 @@
  * frees them (another thread's frees of blocks of every tier, in random
  * order, while the owner waits), across an exited thread's pages (a thread
  * that starts after it counts only its own blocks), and across a large
- * block's realloc by another thread; the calling thread (tid 0), a thread
+ * block's realloc by another thread and by its own, by small steps; the calling thread (tid 0), a thread
  * that has allocated nothing and bad arguments; a forked child's thread;
  * the JSON report's list; threads that exit one after another leaving
  * live blocks do not make memory grow (their adopters say they are
@@ -165,6 +165,51 @@ static void test_remote_frees(void) {
   errno = 0;
   struct hak_thread_stats t;
   CHECK(hak_thread_stats(owner_tid, &t, sizeof t) == -1 && errno == ESRCH, "an exited thread found");
+}
+
+/* ---- a large block grown by small appends and trimmed by a few bytes:
+ * each step within the pages the block ends at changes only its asked size
+ * (in place, without a lock: large.c), and the figures follow exactly, the
+ * thread's and the process's ---- */
+static void *appender(void *arg) {
+  struct hak_thread_stats base = thread_of(0);
+  struct hak_stats before;
+  CHECK(hak_stats_get(&before, sizeof before) == 0, "hak_stats_get");
+  size_t size = LARGE_MIN + 12345;
+  unsigned char *p = API(malloc)(size);
+  CHECK(p != NULL, "malloc");
+  memset(p, 0x5a, size);
+  int stayed = 0, steps = 4000;
+  uint64_t rng = 99;
+  for (int i = 0; i < steps; i++) {
+    size_t next = i % 8 == 7 ? size - 1 - (size_t)(hkt_rand(&rng) % 40) : size + 1 + (size_t)(hkt_rand(&rng) % 64);
+    unsigned char *q = API(realloc)(p, next);
+    CHECK(q != NULL, "realloc(%zu -> %zu)", size, next);
+    stayed += q == p;
+    CHECK(q[0] == 0x5a && q[(size < next ? size : next) - 1] == 0x5a, "realloc(%zu -> %zu) lost the contents", size, next);
+    if (next > size) memset(q + size, 0x5a, next - size);
+    p = q;
+    size = next;
+    CHECK(API(malloc_usable_size)(p) >= size, "usable size %zu below %zu", API(malloc_usable_size)(p), size);
+    if (i % 97 == 0 || i == steps - 1) {
+      figures one = {1, size, 1, size};
+      expect(0, &base, one, "a large block grown by appends");
+      struct hak_stats s;
+      CHECK(hak_stats_get(&s, sizeof s) == 0, "hak_stats_get");
+      CHECK(s.large_live_bytes - before.large_live_bytes == size, "process: %llu large live bytes, want %zu",
+            s.large_live_bytes - before.large_live_bytes, size);
+    }
+  }
+  CHECK(stayed > steps * 9 / 10, "only %d of %d small resizes stayed in place", stayed, steps);
+  API(free)(p);
+  figures none = {0, 0, 0, 0};
+  expect(0, &base, none, "the appended block freed");
+  return arg;
+}
+
+static void test_appends(void) {
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, appender, NULL) == 0 && pthread_join(t, NULL) == 0, "appender");
 }
 
 /* ---- an exited thread's pages: the next thread counts its own blocks only ---- */
@@ -336,6 +381,7 @@ int main(int argc, char **argv) {
   test_calls();
   test_json();
   test_remote_frees();
+  test_appends();
   if (!inexact) test_exited(); /* (without the option, a page in use may or may not be adopted) */
   test_fork("a child forked by a process that has had other threads");
   if (!inexact) test_stranding(); /* (last: from then on this thread's own figures may be inexact too) */
