@@ -10,8 +10,13 @@
 
 static bool is_pow2(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
-#define HK_REALLOC_SMALL ((size_t)4 << 10) /* realloc_small's blocks are below this */
 #define HK_REALLOC_SPAN_MIN (2 * HK_SLAB_SIZE) /* a first growth to this (with its room) takes a span block */
+/* realloc_small's blocks and sizes are below this: half a slab, where a
+ * span block's resize in place starts, and with its room (a quarter more)
+ * below HK_REALLOC_SPAN_MIN */
+#define HK_REALLOC_SMALL (HK_SLAB_SIZE / 2)
+_Static_assert(HK_REALLOC_SMALL + HK_REALLOC_SMALL / 4 < HK_REALLOC_SPAN_MIN, "realloc_small never takes a span block");
+#define HK_SECURE_ROOM_MIN ((size_t)4 << 10) /* hardened mode gives a growing block room from this size */
 
 void *hk_calloc(size_t n, size_t size) {
   size_t total;
@@ -189,7 +194,7 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
    * place instead of moving through every size class. (In hardened mode
    * from 4 KiB only: there the canary follows the room, not the request.) */
   size_t want = size;
-  if (size > usable && size <= HK_MEDIUM_MAX && (!hk_secure || size >= HK_REALLOC_SMALL)) {
+  if (size > usable && size <= HK_MEDIUM_MAX && (!hk_secure || size >= HK_SECURE_ROOM_MIN)) {
     want = size + size / 4;
     if (want > HK_MEDIUM_MAX) want = HK_MEDIUM_MAX;
   }
