@@ -565,7 +565,7 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
     hk_slabmask dirty = 0;
     bool grew = false;
     page = hk_region_alloc_span(nslabs, cls, &dirty, room, h->region_list, &grew);
-    if (grew) hk_spares_trim(); /* the heaps' spares beyond HK_SPARE_BYTES go too */
+    if (grew) hk_spares_trim(); /* the heaps' spares beyond HK_SPARE_BYTES go back too */
     tail_dirty = (dirty >> (nslabs - 1)) & 1;
     if (dirty_out != NULL) *dirty_out = dirty;
   }

@@ -366,7 +366,8 @@ bool hk_region_purge(bool force) {
  *   slabs amounting to an eighth of its live spans, and to
  *   HK_GROWTH_PURGE_SLABS, since the last such purge. The committed free
  *   slabs of the list's other regions are purged at once, the heaps'
- *   spares beyond HK_SPARE_BYTES go back, and hk_growth_epoch moves;
+ *   spares beyond HK_SPARE_BYTES go back to the regions (committed, for
+ *   any span to take: hk_spares_trim), and hk_growth_epoch moves;
  * - its live spans grew by a quarter (and by HK_GROWTH_PURGE_SLABS) since
  *   their lowest point after the last signal: hk_growth_epoch moves only,
  *   which tells every heap to give back the inside of the free blocks of

@@ -159,11 +159,16 @@ void hk_spares_expire(bool force) {
 }
 
 /* The program grew (the regions purged their free slabs): spares beyond
- * HK_SPARE_BYTES, of any age, go back to the OS at once, as the regions'
- * free slabs do; at most once every quarter of a purge delay, because
- * giving them back lowers the live spans that the next growth is measured
- * from, and a program replacing a few big blocks would otherwise trigger a
- * growth purge every few milliseconds. */
+ * HK_SPARE_BYTES, of any age, go back to their regions, committed, where
+ * any heap's span of any length can take them without page faults; the
+ * regions' timed purge (or the next growth purge) gives back those still
+ * free a purge delay later. (Purged here, they cost a program whose
+ * threads pass big blocks to each other a page fault per page at the next
+ * span that lands on them, and its footprint grows meanwhile anyway.) At
+ * most once every quarter of a purge delay, because giving them back
+ * lowers the live spans that the next growth is measured from, and a
+ * program replacing a few big blocks would otherwise trigger a growth
+ * purge every few milliseconds. */
 void hk_spares_trim(void) {
   if (hk_load_relaxed(&spares_total) <= HK_SPARE_BYTES) return;
   static _Atomic uint64_t next_ms;
@@ -173,7 +178,7 @@ void hk_spares_trim(void) {
   hk_page *out = detach_all_heaps(UINT64_MAX, HK_SPARE_BYTES);
   while (out != NULL) {
     hk_page *next = out->next;
-    hk_region_free_span_purged(out);
+    hk_region_free_span(out);
     hk_stat_add(spares_released, 1);
     out = next;
   }
