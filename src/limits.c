@@ -211,13 +211,24 @@ bool hk_limit_allows(size_t more) {
   return ok;
 }
 
+/* auto's test for a new region: hakmem holds 1 GiB, and the process's
+ * resident memory is half of that at least. A heap that size, its pages
+ * used, gains from fewer TLB misses more than it loses to pages half used;
+ * but a heap of big blocks each written only near its start (buffers sized
+ * for the largest message, say) would take a huge page, 2 MiB to clear,
+ * where it touches a few small ones: many times the RSS and the time. */
+static bool region_thp_auto(void) {
+  uint64_t held = hk_limit_held();
+  return held >= ((uint64_t)1 << 30) && (uint64_t)hk_os_current_rss_kb() << 10 >= held / 2;
+}
+
 /* Transparent huge pages for a new mapping of `size` bytes, a region or a
  * large block (HAKMEM_THP): always, for what holds a huge page; never;
  * auto, for large blocks of 32 MiB and more, and for regions once hakmem
- * holds 1 GiB (a heap that size gains from fewer TLB misses more than it
- * loses to pages half used). Refused explicitly otherwise, so that a system
- * set to THP "always" adds no huge-page bloat to a small heap. 1: ask for
- * them (MADV_HUGEPAGE), -1: refuse them, 0: nothing to say. */
+ * holds 1 GiB, half of it resident (region_thp_auto). Refused explicitly
+ * otherwise, so that a system set to THP "always" adds no huge-page bloat
+ * to a small heap. 1: ask for them (MADV_HUGEPAGE), -1: refuse them, 0:
+ * nothing to say. */
 int hk_thp_advice(size_t size, bool region) {
   int system = hk_load_relaxed(&thp_system);
   if (HK_UNLIKELY(system < 0)) { /* (read at the first mapping, not at every process's start) */
@@ -230,7 +241,7 @@ int hk_thp_advice(size_t size, bool region) {
   long mode = hk_opt.thp;
   bool want = mode == 2   ? size >= ((size_t)2 << 20)
               : mode == 0 ? false
-              : region    ? hk_limit_held() >= ((uint64_t)1 << 30)
+              : region    ? region_thp_auto()
                           : size >= ((size_t)32 << 20);
   /* (advice the kernel's mode makes moot costs a system call for nothing) */
   if (system == 0) return 0;

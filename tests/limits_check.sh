@@ -5,7 +5,8 @@
 # hierarchy): a program that fills memory in a cgroup limited to 128 MiB
 # gets NULL from malloc instead of being killed by the OOM killer.
 # And HAKMEM_THP: never gives a 64 MiB block no huge page, always some
-# (where the kernel has THP on), but none to a block written at its start only.
+# (where the kernel has THP on), but none to a block written at its start only;
+# auto gives a big heap's regions huge pages only if it is half resident.
 # Usage: limits_check.sh TEST_LIMITS
 set -eu
 prog=$1
@@ -47,6 +48,14 @@ else
   first=$(HAKMEM_THP=always "$prog" thp_first | sed -n 's/^RssAdded //p')
   echo "limits_check: RSS added by a 64 MiB block written at its first byte only: $first KiB with always"
   [ "$first" -lt 1024 ] || { echo "FAIL: a block written at its start only took a huge page's RSS"; exit 1; }
+  # auto: regions take huge pages once hakmem holds 1 GiB, half of it
+  # resident; a heap as big whose blocks are written at their start only
+  # takes none (each would hold 2 MiB where the program wrote 4 KiB)
+  sparse=$(HAKMEM_THP=auto "$prog" thp_sparse | sed -n 's/^AnonHugePages //p')
+  dense=$(HAKMEM_THP=auto "$prog" thp_dense | sed -n 's/^AnonHugePages //p')
+  echo "limits_check: AnonHugePages of 1.25 GiB of 512 KiB blocks with HAKMEM_THP=auto: $sparse KiB written at their start, $dense KiB written whole"
+  [ "$sparse" -lt 8192 ] || { echo "FAIL: a sparse heap took huge pages"; exit 1; }
+  [ "$dense" -gt 0 ] || { echo "FAIL: a dense heap of 1.25 GiB took no huge page"; exit 1; }
 fi
 
 # a real cgroup: a child of this process's own
