@@ -11,7 +11,7 @@
 #include <errno.h>
 #include <string.h>
 
-#define FULL_SCAN_EVERY 64  /* new pages between two scans of the full list without a hint */
+#define FULL_SCAN_EVERY 64  /* new pages at least between two scans of the full list without a hint */
 #define CLOCK_EVERY 16      /* page searches between two readings of the clock */
 #define ADOPT_ROUNDS 4      /* abandoned pages adopted by one search at most, each followed by a queue walk */
 
@@ -576,8 +576,13 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
   hk_store_release(&page->heap, hk_owner_tag(h));
   h->stats.pages_acquired++;
   /* Every so often look at all parked pages: a hint can be lost when a page
-   * is abandoned and re-adopted while a remote free is in flight. */
-  if ((++h->fresh_count % FULL_SCAN_EVERY) == 0) hk_store_relaxed(&h->remote_hint, 1);
+   * is abandoned and re-adopted while a remote free is in flight. After as
+   * many new pages as are parked (FULL_SCAN_EVERY at least), so that the
+   * scans cost a heap that grows to n pages O(n) in all, not O(n^2). */
+  if (++h->fresh_count >= FULL_SCAN_EVERY && h->fresh_count >= h->full_count) {
+    h->fresh_count = 0;
+    hk_store_relaxed(&h->remote_hint, 1);
+  }
   return page;
 }
 

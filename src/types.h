@@ -319,7 +319,7 @@ typedef struct hk_heap {
   hk_page *by_size[HK_LUT_SLOTS]; /* = direct[hk_class_lut[(size + 7) >> 3]]: malloc's
                                      first load for sizes up to 1 KiB, without the table */
   hk_page *direct[HK_NCLASSES];   /* current page per class, never NULL */
-  uint32_t fresh_count;           /* pages acquired, for the periodic full scan */
+  uint32_t fresh_count;           /* pages acquired since the last periodic full scan */
   uint32_t searches;              /* page searches (find_page) */
   hk_page_queue queues[HK_NCLASSES]; /* pages with (maybe) free blocks */
   hk_block *cache_first[HK_NCLASSES]; /* the thread cache of freed blocks (remote.c): each class's
