@@ -963,13 +963,15 @@ void hk_large_free(hk_region *r, void *p) {
  * (docs/SAFETY.md); a reused cached mapping may be bigger. */
 size_t hk_large_usable(hk_region *r) { return hk_secure ? r->user_size : r->block_end - r->user_offset; }
 
-/* The block's size becomes `size`; locked: the caller holds hk_large_lock. */
-static void resize_asked(hk_region *r, size_t size, bool locked) {
+/* The block's size becomes `size`. lock: take hk_large_lock for the
+ * thread's count (not when the caller holds it, nor when the thread it
+ * counts to is the caller's or none: hk_large_resize_in_pages). */
+HK_INLINE void resize_asked(hk_region *r, size_t size, bool lock) {
   hk_add_relaxed(&live_asked, size - r->user_size); /* modulo 2^64 */
   if (r->large_thread != NULL) {
-    if (!locked) hk_lock(&hk_large_lock);
+    if (lock) hk_lock(&hk_large_lock);
     thread_recount_locked(r, r->user_size, size, false);
-    if (!locked) hk_unlock(&hk_large_lock);
+    if (lock) hk_unlock(&hk_large_lock);
   }
   r->user_size = size;
 }
@@ -986,7 +988,7 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   size_t old = r->map_size;
   if (need + HK_GUARD <= old) {
     if (need > r->block_end && !move_tail_guard(r, need)) return NULL;
-    resize_asked(r, size, false);
+    resize_asked(r, size, true);
     canaries_mark(r);
     return p;
   }
@@ -1009,7 +1011,7 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   hk_stat_add(large_remaps, 1);
   n->map_size = want;
   n->block_end = want - HK_GUARD;
-  resize_asked(n, size, false);
+  resize_asked(n, size, true);
   canaries_mark(n);
   hk_stat_peak(&hk_stats.large_peak_bytes,
                hk_add_relaxed(&hk_stats.large_mapped_bytes, want - old) + want - old);
@@ -1031,9 +1033,7 @@ bool hk_large_resize_in_pages(hk_region *r, void *p, size_t size) {
   if (size > usable || size <= usable - HK_OS_PAGE || size < usable / 2) return false;
   hk_heap *t = r->large_thread;
   if (t != NULL && t != hk_tls_heap) return false;
-  hk_add_relaxed(&live_asked, size - r->user_size); /* modulo 2^64 */
-  thread_recount_locked(r, r->user_size, size, false); /* (see above: no lock needed) */
-  r->user_size = size;
+  resize_asked(r, size, false);
   return true;
 }
 
@@ -1062,7 +1062,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
     r->block_end = need;
     if (!give_back) tail_note_locked(r, now);
     listed = r->large_tail;
-    resize_asked(r, size, true);
+    resize_asked(r, size, false);
   }
   hk_unlock(&hk_large_lock);
   if (in_place) {
@@ -1092,7 +1092,7 @@ void *hk_large_realloc(hk_region *r, void *p, size_t size) {
   hk_stat_add(large_remaps, 1);
   n->map_size = want;
   n->block_end = need;
-  resize_asked(n, size, false);
+  resize_asked(n, size, true);
   hk_stat_peak(&hk_stats.large_peak_bytes,
                hk_add_relaxed(&hk_stats.large_mapped_bytes, want - old) + want - old);
   return (char *)n + n->user_offset;
