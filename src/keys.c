@@ -141,7 +141,7 @@ static const double LN_STEP[33][2] = {
  * include both ends, so that u near 1 (x near 2) comes out as the small
  * positive number it is. No division and no branch: a sample's draw is on
  * the profiler's path. */
-double hk_neg_log_uniform(uint64_t r) {
+HK_INLINE double neg_log_uniform(uint64_t r) {
   uint64_t m = (r >> 11) | 1; /* u = m / 2^53 */
   int z = __builtin_clzll(m), e = 63 - z - 53; /* m = 2^(e + 53) (1 + frac / 2^52) */
   uint64_t frac = (m << z) << 1 >> 12;
@@ -153,6 +153,7 @@ double hk_neg_log_uniform(uint64_t r) {
   double ln1t = t * (1 + t * (-0.5 + t * (1.0 / 3 + t * -0.25)));
   return -((double)e * 0x1.62e42fefa39efp-1 + step[0] + ln1t);
 }
+double hk_neg_log_uniform(uint64_t r) { return neg_log_uniform(r); }
 
 /* A gap drawn from the exponential distribution of mean `mean`, from the
  * thread's own generator: the bytes to the next heap-profile sample. */
@@ -162,6 +163,8 @@ uint64_t hk_random_gap(uint64_t mean) {
   rng ^= rng << 13;
   rng ^= rng >> 7;
   rng ^= rng << 17;
-  double gap = hk_neg_log_uniform(rng * 0x2545F4914F6CDD1Dull) * (double)mean;
-  return gap < 1 ? 1 : gap >= (double)((uint64_t)1 << 61) ? (uint64_t)1 << 61 : (uint64_t)gap;
+  /* (signed conversions: one instruction each, where unsigned ones take
+   * several; the mean and the gap are below 2^62) */
+  double gap = neg_log_uniform(rng * 0x2545F4914F6CDD1Dull) * (double)(int64_t)mean;
+  return gap < 1 ? 1 : gap >= 0x1p61 ? (uint64_t)1 << 61 : (uint64_t)(int64_t)gap;
 }

@@ -455,14 +455,19 @@ static void sample_add(sample_shard *sh, uintptr_t addr, size_t size, uint32_t s
   if (b >= SIZE_BUCKETS) b = SIZE_BUCKETS - 1;
   count_add(&size_samples[k][b][0], 1);
   count_add(&size_samples[k][b][1], size);
-  prof_sample *s = sample_find(sh, addr);
-  if (s == NULL && ((sh->n + 1) * 4 <= sh->cap * 3 || grow(sh))) {
-    size_t i = sample_slot(sh, addr);
-    while (sh->table[i].addr != 0) i = (i + 1) & (sh->cap - 1);
-    s = &sh->table[i];
-    sh->n++;
+  /* one probe: the address's entry (sampled before: that block was freed
+   * and its place reused), or the free slot that ends its run */
+  prof_sample *s = sh->table + sample_slot(sh, addr);
+  while (s->addr != addr && s->addr != 0) s = s + 1 < sh->table + sh->cap ? s + 1 : sh->table;
+  if (s->addr == 0) {
+    if ((sh->n + 1) * 4 > sh->cap * 3) {
+      s = NULL;
+      if (grow(sh)) {
+        for (s = sh->table + sample_slot(sh, addr); s->addr != 0;) s = s + 1 < sh->table + sh->cap ? s + 1 : sh->table;
+      }
+    }
+    if (s != NULL) sh->n++;
   }
-  /* (an address sampled before: that block was freed and its place reused) */
   if (s != NULL) *s = (prof_sample){addr, size, stack, thread_number(), now};
   if (took) hk_spin_unlock(&sh->lock);
 }
@@ -495,7 +500,7 @@ static __attribute__((noinline)) uint32_t take_stack(uintptr_t *pc, bool *walked
  * stack's index (a walked stack not in the table yet is taken again by the
  * unwinder, then added under profile_lock; the index kept for the next
  * walk that finds the same stack), then the sample. */
-static void record_sample(sample_shard *sh, uintptr_t addr, size_t size) {
+HK_INLINE void record_sample(sample_shard *sh, uintptr_t addr, size_t size) {
   uintptr_t pc[STACK_MAX];
   bool walked;
   sample_prefetch(sh, addr); /* (the stack's walk meanwhile) */
@@ -535,7 +540,9 @@ void *hk_profile_malloc(hk_heap *h, size_t size, unsigned cls) {
   find_self_once();
   void *p;
   if (hk_class_colored[cls]) {
-    p = hk_heap_alloc(h, size, cls);
+    /* (a stashed block first, as the thread's unsampled mallocs of the
+     * class take them: the page goes back to the stash at the free) */
+    p = h->stash[cls] != NULL ? hk_heap_stash_malloc(h, cls) : hk_heap_alloc(h, size, cls);
     hk_page *page = p != NULL ? hk_block_page(p) : NULL;
     if (page != NULL && page->reserved == 1) { /* (always: the class's pages hold one block) */
       hk_page_mark_sampled(page);
@@ -561,7 +568,7 @@ bool hk_profile_large(void *p, size_t size) {
 
 /* p's sample out of shard sh, if it is there: counted as freed, `now`
  * its free's time */
-static bool forget_in(sample_shard *sh, uintptr_t p, uint64_t now) {
+HK_INLINE bool forget_in(sample_shard *sh, uintptr_t p, uint64_t now) {
   bool took = hk_spin_lock(&sh->lock);
   prof_sample *s = sample_find(sh, p);
   if (s != NULL) {

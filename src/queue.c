@@ -523,7 +523,12 @@ static void page_emptied(hk_heap *h, hk_page *page) {
       retire_page(h, page);
     }
     hk_heap_set_current(h, cls);
-  } else if (hk_page_used(page) == 0 && page->nslabs > 1 && h->held[cls] == 0) {
+  } else if (hk_page_used(page) == 0 && (page->nslabs == 1 || h->held[cls] != 0)) {
+    /* the current page, out of its state while its block was a sample
+     * (hk_page_mark_sampled): back in it, or every free of its block would
+     * come here */
+    hk_page_set_state(page, HK_USED_CURRENT);
+  } else if (hk_page_used(page) == 0 && page->nslabs > 1) {
     /* the current page itself emptied: held (until hk_heap_set_direct replaces it) */
     uint32_t carved = page->capacity * page->block_size;
     if (!h->moving && !hk_secure_zero && held_fits(h, carved)) {

@@ -533,6 +533,15 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
       return;
     }
     hk_page_sample_freed(page); /* (before the block can be handed out again) */
+    /* a block of this thread's sample heap (profile.c): out of the
+     * profile, and back to its page (free_remote_other's way, without its
+     * tests) */
+    hk_heap *owner = hk_load_relaxed(&page->heap);
+    if (owner == self->sample_heap && owner != NULL && !hk_looks_free(page, b)) {
+      hk_sample_freed(b, owner);
+      hk_free_local_push(owner, page, b);
+      return;
+    }
   }
   hk_heap *owner = hk_load_relaxed(&page->heap);
   if (HK_UNLIKELY(hk_looks_free(page, b))) {

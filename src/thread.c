@@ -107,8 +107,10 @@ static void *alloc_from(hk_heap *h, size_t size, unsigned cls) {
 }
 
 /* A malloc the heap profiler samples (profile.c): a block of a size class
- * from the thread's sample heap, a large block marked in its header. */
-static HK_NOINLINE void *sampled_malloc(size_t size, hk_heap *h) {
+ * from the thread's sample heap, a large block marked in its header.
+ * (Inline in malloc_gated_rest: a frame less for the sample's stack walk
+ * to read.) */
+HK_INLINE void *sampled_malloc(size_t size, hk_heap *h) {
   hk_profile_poll();
   if (size > HK_MEDIUM_MAX) {
     void *p = hk_malloc_slow(size, h);
@@ -134,15 +136,18 @@ static HK_NOINLINE void *malloc_gated_rest(size_t size, hk_heap *h) {
   if (HK_UNLIKELY(hk_tls.use != NULL)) return hk_heap_use_alloc(size); /* (set before any use) */
   if (h->free_owner != h) {
     /* (the count ran out, or it is not this thread's to keep) */
-    if (h != &hk_heap_empty && !hk_secure) {
-      h->sample_left = hk_random_gap((uint64_t)hk_opt.profile_rate);
-      return sampled_malloc(size, h);
-    }
-    return hk_malloc_cached(size, h);
+    if (h == &hk_heap_empty || hk_secure) return hk_malloc_cached(size, h);
+    h->sample_left = hk_random_gap((uint64_t)hk_opt.profile_rate);
+  } else if (hk_profile_on) {
+    /* (hk_tls_arm, whose first two tests were made above: h is the
+     * thread's heap, its own free_owner, and no heap of the program's is
+     * in use) */
+    hk_tls.budget = hk_random_gap((uint64_t)hk_opt.profile_rate);
+  } else {
+    hk_tls.budget = HK_BUDGET_OPEN;
+    return hk_malloc_heap(size, h);
   }
-  hk_tls_arm();
-  if (hk_profile_on) return sampled_malloc(size, h);
-  return hk_malloc_heap(size, h);
+  return sampled_malloc(size, h);
 }
 
 void *hk_malloc_gated(size_t size, hk_heap *h) {
