@@ -212,20 +212,23 @@ bool hk_limit_allows(size_t more) {
 }
 
 /* auto's test for a new region: hakmem holds 1 GiB, and the process's
- * resident memory is half of that at least. A heap that size, its pages
- * used, gains from fewer TLB misses more than it loses to pages half used;
- * but a heap of big blocks each written only near its start (buffers sized
- * for the largest message, say) would take a huge page, 2 MiB to clear,
- * where it touches a few small ones: many times the RSS and the time. */
+ * resident memory is three quarters of that at least. A heap that size,
+ * its pages used, gains from fewer TLB misses more than it loses to the
+ * parts of its spans it leaves untouched, which a huge page makes
+ * resident: a third more RSS at most. A heap of big blocks each written
+ * only near its start (buffers sized for the largest message, say), or of
+ * 64 KiB blocks, each in a span of two slabs whose second holds only its
+ * colour's bytes (sizeclass.c), would take a huge page, 2 MiB to clear,
+ * where it uses a fraction: up to twice the RSS, and the time to clear it. */
 static bool region_thp_auto(void) {
   uint64_t held = hk_limit_held();
-  return held >= ((uint64_t)1 << 30) && (uint64_t)hk_os_current_rss_kb() << 10 >= held / 2;
+  return held >= ((uint64_t)1 << 30) && (uint64_t)hk_os_current_rss_kb() << 10 >= held / 4 * 3;
 }
 
 /* Transparent huge pages for a new mapping of `size` bytes, a region or a
  * large block (HAKMEM_THP): always, for what holds a huge page; never;
  * auto, for large blocks of 32 MiB and more, and for regions once hakmem
- * holds 1 GiB, half of it resident (region_thp_auto). Refused explicitly
+ * holds 1 GiB, three quarters of it resident (region_thp_auto). Refused explicitly
  * otherwise, so that a system set to THP "always" adds no huge-page bloat
  * to a small heap. 1: ask for them (MADV_HUGEPAGE), -1: refuse them, 0:
  * nothing to say. */

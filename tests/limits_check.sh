@@ -48,13 +48,17 @@ else
   first=$(HAKMEM_THP=always "$prog" thp_first | sed -n 's/^RssAdded //p')
   echo "limits_check: RSS added by a 64 MiB block written at its first byte only: $first KiB with always"
   [ "$first" -lt 1024 ] || { echo "FAIL: a block written at its start only took a huge page's RSS"; exit 1; }
-  # auto: regions take huge pages once hakmem holds 1 GiB, half of it
-  # resident; a heap as big whose blocks are written at their start only
-  # takes none (each would hold 2 MiB where the program wrote 4 KiB)
+  # auto: regions take huge pages once hakmem holds 1 GiB, three quarters
+  # of it resident; a heap as big whose blocks are written at their start
+  # only takes none (each would hold 2 MiB where the program wrote 4 KiB),
+  # nor one of 64 KiB blocks, whose spans are half used (a huge page would
+  # make the other half resident)
   sparse=$(HAKMEM_THP=auto "$prog" thp_sparse | sed -n 's/^AnonHugePages //p')
   dense=$(HAKMEM_THP=auto "$prog" thp_dense | sed -n 's/^AnonHugePages //p')
-  echo "limits_check: AnonHugePages of 1.25 GiB of 512 KiB blocks with HAKMEM_THP=auto: $sparse KiB written at their start, $dense KiB written whole"
+  half=$(HAKMEM_THP=auto "$prog" thp_half | sed -n 's/^AnonHugePages //p')
+  echo "limits_check: AnonHugePages of 1.25 GiB of 512 KiB blocks with HAKMEM_THP=auto: $sparse KiB written at their start, $dense KiB written whole; of 64 KiB blocks written whole: $half KiB"
   [ "$sparse" -lt 8192 ] || { echo "FAIL: a sparse heap took huge pages"; exit 1; }
+  [ "$half" -lt 8192 ] || { echo "FAIL: a heap of half-used spans took huge pages"; exit 1; }
   [ "$dense" -gt 0 ] || { echo "FAIL: a dense heap of 1.25 GiB took no huge page"; exit 1; }
 fi
 

@@ -26,12 +26,15 @@
  *                       (in a real cgroup: NULL comes before the OOM killer)
  *   test_limits thp     a 64 MiB block, written: prints its process's
  *                       AnonHugePages (HAKMEM_THP decides: limits_check.sh)
- *   test_limits thp_sparse | thp_dense
+ *   test_limits thp_sparse | thp_dense | thp_half
  *                       1.25 GiB in blocks of 512 KiB (a region's
  *                       class), each written at its first byte only, or
- *                       whole: prints AnonHugePages (HAKMEM_THP=auto gives
- *                       the regions huge pages once hakmem holds 1 GiB,
- *                       half of it resident: the dense heap only)
+ *                       whole, or in blocks of 64 KiB written whole (each
+ *                       in a span of two slabs, the second holding its
+ *                       colour's bytes only): prints AnonHugePages
+ *                       (HAKMEM_THP=auto gives the regions huge pages once
+ *                       hakmem holds 1 GiB, three quarters of it resident:
+ *                       the dense heap only)
  *   test_limits         without a limit, 256 MiB in blocks of 8 MiB */
 #include "api.h"
 
@@ -223,17 +226,20 @@ int main(int argc, char **argv) {
     free(p);
     return 0;
   }
-  if (strcmp(mode, "thp_sparse") == 0 || strcmp(mode, "thp_dense") == 0) {
-    enum { BLOCKS = 2560 };
-    static char *blocks[BLOCKS];
-    bool dense = mode[4] == 'd';
-    for (int i = 0; i < BLOCKS; i++) {
-      blocks[i] = malloc(512 << 10);
-      CHECK(blocks[i] != NULL, "malloc(512 KiB) #%d", i);
-      for (size_t k = 0; k < (dense ? (size_t)512 << 10 : 1); k += 4096) blocks[i][k] = 1;
+  if (strcmp(mode, "thp_sparse") == 0 || strcmp(mode, "thp_dense") == 0 || strcmp(mode, "thp_half") == 0) {
+    enum { HEAP = 1280 << 20 };
+    static char *blocks[HEAP / (64 << 10)];
+    bool half = mode[4] == 'h', whole = half || mode[4] == 'd';
+    size_t size = half ? (size_t)64 << 10 : (size_t)512 << 10;
+    int n = (int)(HEAP / size);
+    for (int i = 0; i < n; i++) {
+      blocks[i] = malloc(size);
+      CHECK(blocks[i] != NULL, "malloc(%zu) #%d", size, i);
+      if (whole) memset(blocks[i], 1, size);
+      else blocks[i][0] = 1;
     }
     printf("AnonHugePages %lu\n", smaps_kb("AnonHugePages:"));
-    for (int i = 0; i < BLOCKS; i++) free(blocks[i]);
+    for (int i = 0; i < n; i++) free(blocks[i]);
     return 0;
   }
   if (strcmp(mode, "fill") == 0) {
