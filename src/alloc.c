@@ -42,8 +42,9 @@ void *hk_calloc(size_t n, size_t size) {
 /* Alignment <= 64 KiB: a size class whose block size is a multiple of the
  * alignment gives naturally aligned blocks, because pages start on 64 KiB
  * boundaries; coloured classes (one block per page, at a cache-line offset:
- * page.c) only for alignments up to a cache line. Larger alignments get a
- * large block. */
+ * page.c) only for alignments up to a cache line, and where no class fits,
+ * a block at the start of a span does. Larger alignments get a large
+ * block. */
 static HK_NOINLINE void *alloc_aligned_class(size_t align, size_t size, bool zero) {
   if (size > HK_MAX_REQUEST) {
     errno = ENOMEM;
@@ -65,6 +66,16 @@ static HK_NOINLINE void *alloc_aligned_class(size_t align, size_t size, bool zer
         if (twin) cls = hk_class_twin[cls];
         void *p = hk_secure || twin ? hk_alloc_class(size, cls) : hk_malloc_fast(hk_class_size[cls]);
         if (p != NULL && zero) memset(p, 0, size);
+        return p;
+      }
+      /* no class: a block at the start of its span, where the alignment
+       * is at most a slab's (not where malloc must see the request: a heap
+       * the thread uses, the profiler; nor in hardened mode, whose blocks
+       * carry a canary and a trailer) */
+      hk_heap *h = hk_tls.use == NULL && !hk_profile_on && !hk_secure && align <= HK_SLAB_SIZE ? hk_heap_get() : NULL;
+      void *p = h != NULL ? hk_heap_aligned_span_block(h, req) : NULL;
+      if (p != NULL) {
+        if (zero) memset(p, 0, size);
         return p;
       }
     }

@@ -292,6 +292,7 @@ void hk_free_local_push(hk_heap *heap, hk_page *page, hk_block *b);
 bool hk_heap_resize_span_block(hk_heap *heap, hk_page *page, size_t size);
 void *hk_heap_alloc_span_block(hk_heap *heap, size_t size);
 void *hk_heap_calloc_span_block(hk_heap *heap, size_t size); /* calloc from a slab up: zeroed, or NULL */
+void *hk_heap_aligned_span_block(hk_heap *heap, size_t size); /* 64 KiB-aligned, at its span's start */
 /* The owner's clock (active_ms), read by every thread that frees one of
  * its blocks: written only when the millisecond changed, since each write
  * takes the line from all their caches. */

@@ -818,6 +818,19 @@ void *hk_heap_alloc_span_block(hk_heap *h, size_t size) {
   return page != NULL ? span_block_take(h, page) : NULL;
 }
 
+/* A block of size bytes (up to HK_MEDIUM_MAX) at the start of its span,
+ * and so aligned to a slab (64 KiB), for an aligned request whose classes
+ * place their blocks at a colour's offset (alloc.c): a stashed span block
+ * of the length, else a span block on a spare span or the regions'. */
+void *hk_heap_aligned_span_block(hk_heap *h, size_t size) {
+  unsigned n = span_block_slabs(size), cls = span_block_class(n);
+  hk_block *b = h->stash[cls];
+  if (b != NULL && ((uintptr_t)b & (HK_SLAB_SIZE - 1)) == 0 && hk_block_page(b)->nslabs == n)
+    return stash_take_first(h, cls, b);
+  hk_page *page = fresh_page(h, cls, n, 0, NULL);
+  return page != NULL ? span_block_take(h, page) : NULL;
+}
+
 /* calloc of size bytes, a slab's worth up to HK_MEDIUM_MAX: a span block
  * from the regions, of which only the slabs that may hold committed memory
  * are cleared. The others have not been written since they were mapped or

@@ -779,6 +779,45 @@ static void test_class_padding(void) {
   }
 }
 
+/* Slab-aligned requests (64 KiB) that no class serves (the classes of
+ * their sizes place blocks at a colour's offset) get blocks at the start of
+ * spans in the regions, not a large block's mapping each: blocks lie
+ * within 1 MiB of one another (each large block has a 4 MiB unit of its
+ * own), and blocks freed are taken again, still aligned. Hardened mode
+ * gives them large blocks (canaries and guard pages). */
+static void test_aligned_slab(void) {
+  void *probe = API(malloc)(1000);
+  CHECK(probe != NULL, "malloc(1000) failed");
+  bool hardened = usable_of(probe) == 1000;
+  API(free)(probe);
+  const size_t sizes[] = {1000, 64 * KiB, 200000};
+  for (size_t s = 0; s < 3; s++) {
+    enum { N = 8 };
+    for (int round = 0; round < 2; round++) { /* (the second takes the first's blocks again) */
+      for (int i = 0; i < N; i++) {
+        void *p = NULL;
+        CHECK(API(posix_memalign)(&p, 64 * KiB, sizes[s]) == 0, "posix_memalign(64 KiB, %zu) failed", sizes[s]);
+        pool_add(check_new(p, sizes[s], 64 * KiB, "posix_memalign(64 KiB)"));
+      }
+      check_pool_disjoint("slab-aligned blocks");
+      verify_pool("slab-aligned blocks");
+      unsigned near = 0;
+      for (size_t i = 0; i < pool_n; i++)
+        for (size_t j = 0; j < pool_n; j++) {
+          uintptr_t a = (uintptr_t)pool[i].p, b = (uintptr_t)pool[j].p;
+          if (j != i && (a > b ? a - b : b - a) < MiB) {
+            near++;
+            break;
+          }
+        }
+      if (!hardened)
+        CHECK(near >= N - 2, "posix_memalign(64 KiB, %zu) x %d: only %u blocks with another within 1 MiB", sizes[s], N,
+              near);
+      pool_free_all();
+    }
+  }
+}
+
 /* New pages taken while a thread keeps 64 blocks of the given 8 sizes live
  * and replaces the oldest one at a time by one of a random size, over
  * `ops` replacements. It starts from a trimmed heap: what earlier tests
@@ -894,6 +933,7 @@ int main(void) {
 #endif
   RUN(test_size_class_bounds);
   RUN(test_class_padding);
+  RUN(test_aligned_slab);
   RUN(test_held_grows);
   RUN(test_stash_grows);
   RUN(test_hardened_carving);
