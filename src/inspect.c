@@ -472,6 +472,8 @@ static void print_text(int fd, const hk_usage *u, const struct hak_stats *s, con
   line(fd, "slabs purged", LOAD(slabs_purged), "x 64 KiB");
   line(fd, "purge calls (madvise)", LOAD(purge_calls), NULL);
   line(fd, "growth purges", LOAD(growth_purges), NULL);
+  line(fd, "span searches", LOAD(span_searches), NULL);
+  line(fd, "regions read by span searches", LOAD(span_search_reads), NULL);
   line(fd, "free medium blocks purged (madvise)", LOAD(blocks_purged), NULL);
   line(fd, "bytes purged inside free medium blocks", LOAD(block_purge_bytes), "B");
   line(fd, "free slabs lent back by pages in use", LOAD(slabs_lent), "x 64 KiB");

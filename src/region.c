@@ -418,7 +418,9 @@ static int span_taken(region_list *l, const hk_region_info *taker, unsigned n, b
  * Prefer, in order: a committed run this class used last (see below),
  * committed slabs in a region in use, clean slabs in a region in use, then
  * empty regions (so those can be given back). Without a same-class run the
- * search visits every region of the list with free slabs. With room, above
+ * search visits every region of the list with free slabs, up to the first
+ * clean run in a region in use where the list has no committed run of the
+ * span's length (committed_run). With room, above
  * all that: a run followed by `room` more free slabs, for a block that may
  * grow in place (hk_region_grow_span). */
 enum {
@@ -468,8 +470,17 @@ static span_pick search(region_list *l, unsigned n, unsigned cls, unsigned room)
   span_pick best = room ? (span_pick){NULL, 0, -1, false} : same_at(l, n, cls);
   if (best.score == SCORE_SAME) return best;
   int enough = room ? SCORE_ROOMY_ALL_COMMITTED : SCORE_EXACT;
+  /* No committed run of n slabs in the list (committed_run bounds them
+   * from above): no region scores above a clean run in a region in use (a
+   * roomy one, with room), and the first such is the pick, as the loop
+   * keeps the first of equal scores. A heap growing into new regions
+   * (pushed to the front) finds its span there, where the search read
+   * every region with free slabs for each span. */
+  if (hk_load_relaxed(&l->committed_run) < n) enough = room ? SCORE_ROOMY : SCORE_CLEAN;
   bool any_committed = false;
+  uint64_t reads = 0;
   for (hk_region_info *r = l->first; r != NULL && r->free_mask != 0 && best.score < enough; r = r->next) {
+    reads++;
     if (r->max_run < n) continue;
     hk_slabmask free = r->free_mask, dirty_free = free & r->dirty_mask;
     hk_slabmask dirty_runs = dirty_free ? runs_of(dirty_free, n) : 0;
@@ -507,9 +518,12 @@ static span_pick search(region_list *l, unsigned n, unsigned cls, unsigned room)
     int score = same ? SCORE_SAME : exact ? SCORE_EXACT : in_use ? SCORE_COMMITTED : SCORE_EMPTY_COMMITTED;
     if (score > best.score) best = (span_pick){r, same ? same : exact ? exact : dirty_runs, score, true};
   }
-  /* (the loop stops early only on a committed run) */
+  /* (the loop stops early only on a committed run, or on a clean one
+   * where no committed run can be) */
   if (!any_committed && hk_load_relaxed(&l->committed_run) >= n)
     hk_store_relaxed(&l->committed_run, n - 1);
+  hk_stat_add(span_searches, 1);
+  hk_stat_add(span_search_reads, reads);
   return best;
 }
 

@@ -483,6 +483,7 @@ typedef struct hk_options {
 typedef struct hk_stats {
   _Atomic uint64_t regions_mapped, regions_unmapped, regions_live, regions_peak;
   _Atomic uint64_t slabs_purged, purge_calls, growth_purges;
+  _Atomic uint64_t span_searches, span_search_reads; /* region.c: searches of a region list, regions read */
   _Atomic uint64_t abandoned_released; /* empty pages of exited threads given back */
   _Atomic uint64_t abandoned_trimmed;  /* ... kept, their span's tail given back (abandoned.c, trim_kept) */
   _Atomic uint64_t spares_released;    /* spare spans unused for a purge delay, given back by the purger */
