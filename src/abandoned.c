@@ -258,6 +258,7 @@ hk_page *hk_abandoned_adopt(hk_heap *h, unsigned cls, bool used_only) {
   }
   hk_store_release(&p->heap, hk_owner_tag(h));
   hk_page_collect(p, HK_PAGE_NORMAL);
+  if (p->untrimmed) h->trim_due = 1;
   h->stats.pages_adopted++;
   return p;
 }

@@ -186,8 +186,13 @@ void hk_heap_purge_blocks(hk_heap *h, bool force) {
       if (purge) hk_page_purge_free_blocks(p);
     }
   }
-  if (timed)
-    for (hk_page *p = h->full.first; p != NULL; p = p->next) hk_page_trim_tail(p); /* a page of one block is full */
+  /* (a page of one block is full; the walk only where a page may be
+   * untrimmed: a heap of hundreds of thousands of full pages would read
+   * them all at every pass) */
+  if (timed && h->trim_due) {
+    h->trim_due = 0;
+    for (hk_page *p = h->full.first; p != NULL; p = p->next) hk_page_trim_tail(p);
+  }
 }
 
 

@@ -86,6 +86,25 @@ void hk_os_decommit(void *p, size_t size) {
 void hk_os_guard(void *p, size_t size) {
   if (mprotect(p, size, PROT_NONE) != 0) hk_warning("mprotect of a guard page failed");
 }
+
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102 /* Linux 6.13 (linux/mman.h) */
+#endif
+/* A guard of read-write memory that takes no mapping (VMA) of its own
+ * (MADV_GUARD_INSTALL): an access faults as at a PROT_NONE page, the guard
+ * stays through MADV_DONTNEED and fork, and the range stays part of its
+ * mapping, which merges with its neighbours'. False, having done nothing,
+ * where the kernel has no such guards (older than 6.13): the caller makes
+ * a PROT_NONE one. */
+bool hk_os_guard_light(void *p, size_t size) {
+  static _Atomic bool missing;
+  if (hk_load_relaxed(&missing)) return false;
+  int saved = errno;
+  bool ok = madvise(p, size, MADV_GUARD_INSTALL) == 0;
+  if (!ok && errno == EINVAL) hk_store_relaxed(&missing, true);
+  errno = saved;
+  return ok;
+}
 /* A guard page usable again, its old contents kept (false: it stays a guard) */
 bool hk_os_unguard(void *p, size_t size) { return mprotect(p, size, PROT_READ | PROT_WRITE) == 0; }
 

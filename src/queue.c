@@ -577,6 +577,7 @@ static hk_page *fresh_page(hk_heap *h, unsigned cls, unsigned nslabs, unsigned r
   if (page == NULL) return NULL;
   hk_page_init(page, cls);
   page->untrimmed = tail_dirty && hk_color_slabs(cls, nslabs);
+  if (page->untrimmed) h->trim_due = 1;
   page->rejoined = 0;
   hk_store_release(&page->heap, hk_owner_tag(h));
   h->stats.pages_acquired++;

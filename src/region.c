@@ -11,6 +11,7 @@
  * loop from paying a page fault per block. */
 #include "internal.h"
 
+#include <stddef.h>
 #include <string.h>
 
 /* Bits first .. first+n-1. */
@@ -38,6 +39,7 @@ static unsigned run_around(hk_slabmask free, unsigned i) {
 typedef struct hk_region_info {
   struct region_list *list;  /* the list (and lock) the region belongs to; written and read
                                 without that lock atomically (same_at) */
+  uint32_t index;            /* its place among the records (info_at), fixed */
   hk_slabmask free_mask;        /* bit i: slab i is free */
   hk_slabmask dirty_mask;       /* bit i: slab i is free but may hold committed pages */
   hk_region *r;
@@ -52,16 +54,21 @@ typedef struct hk_region_info {
   uint8_t last_cls[HK_SLABS]; /* of each free slab: class + 1 of the page that used it last (0: none) */
 } __attribute__((aligned(64))) hk_region_info;
 /* Cache-line aligned: the records of the regions of different lists (of
- * different threads) lie side by side in info_pool, and one thread's span
- * search must not read a line that another's releases write. */
+ * different threads) lie side by side, and one thread's span search must
+ * not read a line that another's releases write. */
 
-/* One per region that can exist at once: the arena's, or as many outside
- * it (HAKMEM_ARENA_MB set low). Untouched entries cost no memory. Taken and
- * given back under info_lock, inside a region list's lock. */
+/* One per region that exists: the arena's, and those mapped outside it
+ * (the arena full, or HAKMEM_ARENA_MB set low), in chunks of INFO_CHUNK
+ * mapped as the regions come (a chunk's records stay put: same_at reads
+ * one by its index without info_lock). Taken and given back under
+ * info_lock, inside a region list's lock. */
+#define INFO_CHUNK 4096u   /* records a chunk (768 KiB): 16 GiB of regions */
+#define INFO_CHUNKS 4095u  /* 64 TiB of regions: same_at names a record in 24 bits */
 static pthread_mutex_t info_lock = PTHREAD_MUTEX_INITIALIZER;
-static hk_region_info info_pool[HK_ARENA_REGIONS];
+static hk_region_info *info_chunks[INFO_CHUNKS];
 static size_t info_used;            /* entries handed out at least once */
 static hk_region_info *info_free;   /* given back, linked through next */
+static hk_region_info *info_at(size_t i) { return &info_chunks[i / INFO_CHUNK][i % INFO_CHUNK]; }
 
 /* The regions, in lists of their own lock each. A heap
  * takes its spans from its own list's regions when one has a committed run
@@ -91,7 +98,7 @@ typedef struct region_list {
    * next holder (free_span); linked through their head records' `next`. */
   _Atomic(hk_page *) deferred;
   /* Per class: the last two places where a page of the class left
-   * committed slabs, as (info_pool index + 1) << 8 | slab (0: none),
+   * committed slabs, as (record index + 1) << 8 | slab (0: none),
    * the newer first; tried before the search (same_at()). */
   uint32_t same_at[HK_NCLASSES][2] __attribute__((aligned(64)));
 } __attribute__((aligned(64))) region_list;
@@ -179,10 +186,18 @@ static void list_if_full(hk_region_info *r) {
 static hk_region_info *info_take(void) {
   hk_lock(&info_lock);
   hk_region_info *info = info_free;
-  if (info != NULL) info_free = info->next;
-  else if (info_used < HK_ARENA_REGIONS) info = &info_pool[info_used++];
+  if (info != NULL) {
+    info_free = info->next;
+  } else if (info_used < (size_t)INFO_CHUNK * INFO_CHUNKS) {
+    hk_region_info **chunk = &info_chunks[info_used / INFO_CHUNK];
+    if (*chunk == NULL) *chunk = hk_os_map_aligned(INFO_CHUNK * sizeof(hk_region_info), HK_OS_PAGE);
+    if (*chunk != NULL) {
+      info = info_at(info_used);
+      info->index = (uint32_t)info_used++;
+    }
+  }
   hk_unlock(&info_lock);
-  return info; /* (NULL: no record left, 64 GiB of small regions) */
+  return info; /* (NULL: no memory for a chunk, or 64 TiB of small regions) */
 }
 static void info_give(hk_region_info *info) {
   hk_lock(&info_lock);
@@ -195,13 +210,21 @@ static void info_give(hk_region_info *info) {
 
 /* Commit an arena slot for a region: its header (hk_region_of) and slabs
  * 1-63. The rest of slab 0, at least 8 KiB on either side of the header,
- * stays reserved and inaccessible: a guard between the header and the
- * blocks of this region and of the region before. Each region then takes
- * four mappings (VMAs) where its neighbours' would merge into one; when
- * the kernel's limit on them (vm.max_map_count) refuses, the slot is
- * committed whole, without the guards. */
+ * is a guard between the header and the blocks of this region and of the
+ * region before. Where the kernel has guards without mappings of their own
+ * (hk_os_guard_light), the slot is committed whole and its mapping merges
+ * with its neighbours': the regions of a heap of 64 GiB stay within the
+ * kernel's limit on mappings (vm.max_map_count, 65,530), and a fork copies
+ * a few. Elsewhere the rest of slab 0 stays reserved and inaccessible, and
+ * each region takes four mappings; when the limit refuses them, the slot
+ * is committed whole, without the guards. */
 static bool commit_slot(hk_region *slot) {
-  char *r = (char *)slot, *header = r + hk_region_header_offset((uintptr_t)r);
+  char *r = (char *)slot, *header = r + hk_region_header_offset((uintptr_t)r), *after = header + sizeof(hk_region);
+  if (hk_os_commit(r, HK_REGION_SIZE)) {
+    if (hk_os_guard_light(r, (size_t)(header - r)) && hk_os_guard_light(after, (size_t)(r + HK_SLAB_SIZE - after)))
+      return true;
+    hk_os_decommit(r, HK_SLAB_SIZE); /* (slab 0 reserved again, as below) */
+  }
   if (hk_os_commit(header, sizeof(hk_region)) && hk_os_commit(r + HK_SLAB_SIZE, HK_REGION_SIZE - HK_SLAB_SIZE))
     return true;
   return hk_os_commit(r, HK_REGION_SIZE);
@@ -218,7 +241,8 @@ static hk_region_info *region_new(region_list *l) {
   hk_space_check(false);
   hk_region *r = slot;
   if (r != NULL && !commit_slot(r)) r = NULL;
-  if (r == NULL && (r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE)) != NULL)
+  if (r == NULL && (r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE)) != NULL &&
+      !hk_os_guard_light((char *)r + sizeof(hk_region), HK_SLAB_SIZE - sizeof(hk_region)))
     hk_os_guard((char *)r + sizeof(hk_region), HK_SLAB_SIZE - sizeof(hk_region)); /* slab 0 after the header */
   if (r != NULL && !hk_region_map_prepare(r)) { /* beyond the ownership map, or no memory for it */
     hk_os_unmap(r, HK_REGION_SIZE);
@@ -239,7 +263,9 @@ static hk_region_info *region_new(region_list *l) {
       return NULL;
     }
   }
-  if (hk_secure) hk_os_guard((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD); /* catches overflows into the next region */
+  /* (catches overflows into the next region) */
+  if (hk_secure && !hk_os_guard_light((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD))
+    hk_os_guard((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD);
   /* (huge pages: slabs 1-63, of which the upper 2 MiB can be one) */
   int thp = hk_thp_advice(HK_REGION_SIZE, true);
   if (thp != 0) hk_os_huge((char *)r + HK_SLAB_SIZE, HK_REGION_SIZE - HK_SLAB_SIZE - (hk_secure ? HK_GUARD : 0), thp > 0);
@@ -248,8 +274,9 @@ static hk_region_info *region_new(region_list *l) {
   r->kind = HK_KIND_SMALL;
   r->info = info;
   r->block_map = block_map;
-  /* (all but `list`, which same_at() reads without this list's lock) */
-  memset((char *)info + sizeof info->list, 0, sizeof *info - sizeof info->list);
+  /* (all but `list`, which same_at() reads without this list's lock, and
+   * the index) */
+  memset(&info->free_mask, 0, sizeof *info - offsetof(hk_region_info, free_mask));
   __atomic_store_n(&info->list, l, __ATOMIC_RELAXED);
   info->r = r;
   info->free_mask = ALL_SLABS;
@@ -444,7 +471,7 @@ static span_pick same_at(region_list *l, unsigned n, unsigned cls) {
   for (unsigned k = 0; k < 2; k++) {
     uint32_t at = l->same_at[cls][k];
     if (at == 0) break;
-    hk_region_info *r = &info_pool[(at >> 8) - 1];
+    hk_region_info *r = info_at((at >> 8) - 1);
     unsigned i = at & 255;
     hk_slabmask run = slab_bits(i, n);
     /* (the record may have been given back and be taken for another list
@@ -459,7 +486,7 @@ static span_pick same_at(region_list *l, unsigned n, unsigned cls) {
 }
 
 static void note_same(region_list *l, unsigned cls, const hk_region_info *r, unsigned i) {
-  uint32_t at = (uint32_t)(r - info_pool + 1) << 8 | i;
+  uint32_t at = (r->index + 1) << 8 | i;
   if (l->same_at[cls][0] != at) {
     l->same_at[cls][1] = l->same_at[cls][0];
     l->same_at[cls][0] = at;
@@ -843,7 +870,7 @@ void hk_debug_regions(void) {
       hk_assert((r->dirty_mask & ~r->free_mask) == 0);
       hk_assert((r->free_mask & ~ALL_SLABS) == 0);
       used += (uint32_t)__builtin_popcountll(ALL_SLABS & ~r->free_mask);
-      hk_assert(++n <= HK_ARENA_REGIONS);
+      hk_assert(++n <= INFO_CHUNK * INFO_CHUNKS);
     }
     hk_assert(l->last == prev);
     hk_assert(used == l->slabs_used);

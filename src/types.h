@@ -378,6 +378,8 @@ typedef struct hk_heap {
   uint32_t growth_epoch;          /* hk_growth_epoch at that pass */
   uint32_t purge_passes;          /* passes so far */
   uint32_t purge_calls;           /* calls of the pass that may not be due (clock read on every 8th) */
+  uint8_t trim_due;               /* a page of the heap may be untrimmed (hk_page.untrimmed): the next
+                                     timed pass walks the full list too */
   uint32_t class_searched[HK_NCLASSES]; /* purge_passes at the class's last page search */
   struct hk_heap *pool_next;      /* free heap pool */
   struct hk_heap *sample_heap;    /* the heap this thread's sampled blocks of size classes come
