@@ -45,7 +45,7 @@ test-tsan:
 test-debug:
 	$(CMAKE) -S . -B build-debug -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHAKMEM_DEBUG=ON
 	$(CMAKE) --build build-debug -j $(JOBS)
-	cd build-debug && ctest --output-on-failure -j $(JOBS) -E '^(rlimit_check|test_big_heap)$$'
+	cd build-debug && ctest --output-on-failure -j $(JOBS) -E '^(rlimit_check|test_big_heap)'
 
 test-install: build
 	sh tests/install_check.sh
