@@ -96,12 +96,15 @@ void hk_os_guard(void *p, size_t size) {
  * mapping, which merges with its neighbours'. False, having done nothing,
  * where the kernel has no such guards (older than 6.13): the caller makes
  * a PROT_NONE one. */
+static _Atomic bool guards_light_missing;
+/* Whether hk_os_guard_light may work: false once the kernel refused it. */
+bool hk_os_has_guard_light(void) { return !hk_load_relaxed(&guards_light_missing); }
 bool hk_os_guard_light(void *p, size_t size) {
-  static _Atomic bool missing;
-  if (hk_load_relaxed(&missing)) return false;
+  _Atomic bool *missing = &guards_light_missing;
+  if (hk_load_relaxed(missing)) return false;
   int saved = errno;
   bool ok = madvise(p, size, MADV_GUARD_INSTALL) == 0;
-  if (!ok && errno == EINVAL) hk_store_relaxed(&missing, true);
+  if (!ok && errno == EINVAL) hk_store_relaxed(missing, true);
   errno = saved;
   return ok;
 }

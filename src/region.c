@@ -220,7 +220,8 @@ static void info_give(hk_region_info *info) {
  * is committed whole, without the guards. */
 static bool commit_slot(hk_region *slot) {
   char *r = (char *)slot, *header = r + hk_region_header_offset((uintptr_t)r), *after = header + sizeof(hk_region);
-  if (hk_os_commit(r, HK_REGION_SIZE)) {
+  /* (a kernel known to refuse them takes the pieces at once: no mapping made and undone) */
+  if (hk_os_has_guard_light() && hk_os_commit(r, HK_REGION_SIZE)) {
     if (hk_os_guard_light(r, (size_t)(header - r)) && hk_os_guard_light(after, (size_t)(r + HK_SLAB_SIZE - after)))
       return true;
     hk_os_decommit(r, HK_SLAB_SIZE); /* (slab 0 reserved again, as below) */
