@@ -286,6 +286,8 @@ HK_INLINE bool hk_stash_medium(const hk_page *page) {
 }
 void *hk_heap_stash_malloc(hk_heap *h, unsigned cls); /* the first stashed block of class cls (there
                                     is one), live again */
+void *hk_heap_next_page_malloc(hk_heap *h, hk_page *page); /* page's list ended: the next
+                                    page's block, or NULL (the slow path's turn) */
 void hk_heap_stash_flush(hk_heap *h); /* the stashed blocks back to their pages */
 void hk_heap_stash_purge_idle(void);  /* the purger: idle stashes' memory back to the OS */
 bool hk_heap_stash_pending(void);     /* a stash waits for that */

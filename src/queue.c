@@ -59,7 +59,7 @@ void hk_heap_set_direct(hk_heap *h, unsigned cls, hk_page *page) {
     hk_page_set_state(page, HK_USED_CURRENT);
   h->direct[cls] = page;
   /* the lookup table's slots of this class are consecutive */
-  for (unsigned i = hk_class_lut_first[cls]; i < HK_LUT_SLOTS && hk_class_lut[i] == cls; i++) h->by_size[i] = page;
+  for (unsigned i = hk_class_lut_first[cls], end = hk_class_lut_end[cls]; i < end; i++) h->by_size[i] = page;
 }
 
 /* The page stops being current (it stays live and queued): free() may now
@@ -271,8 +271,9 @@ static void pass_review(hk_heap *h) {
  * is: frees at random among full pages would otherwise each take a page
  * off the full list for one free block, and the malloc that takes it park
  * the page again (two atomic operations and two list moves a block).
- * A block of up to 8 KiB freed into a parked page of several blocks is
- * stashed as well, up to STASH_PARKED_MAX a class and STASH_PARKED_TOTAL in
+ * A block of up to 8 KiB freed into a parked page of several blocks, but
+ * fewer than SCANT_MIN_BLOCKS, is stashed as well, up to STASH_PARKED_MAX
+ * a class and STASH_PARKED_TOTAL in
  * all (outside the held budget: each may keep a page that would otherwise
  * empty, so their number is bounded, not their bytes), while the class has
  * STASH_PARKED_PAGES parked pages or more: frees at random among many full pages would
@@ -282,8 +283,13 @@ static void pass_review(hk_heap *h) {
  * trip costs less than a stash's put and take per block. A page whose
  * blocks are freed in a row is unparked at its second free instead
  * (stash_parked), so that the rest of its frees take the fast path.
+ * A page of SCANT_MIN_BLOCKS or more rejoins its queue instead, where the
+ * page search passes it by until it has gathered a share of free blocks
+ * (page_scant): a trip a share costs fewer instructions than a stash's
+ * put and take for each block.
  * malloc's fast path takes a stashed block before its slow path
  * (hk_malloc_no_head). */
+#define SCANT_MIN_BLOCKS 128  /* blocks of a page, at least, for page_scant to pass it by */
 #define STASH_PARKED_MAX 32   /* blocks of parked pages of several in a class's stash, at most */
 #define STASH_PARKED_TOTAL 64 /* such blocks in the stash, all classes, at most */
 #define STASH_PARKED_PAGES 8 /* parked pages of its class, at least, for such a block to be stashed */
@@ -349,9 +355,9 @@ HK_INLINE bool stash_put(hk_heap *h, hk_page *page) {
     h->stash_medium_blocks++;
   } else if (page->reserved != 1) {
     /* (a stashed block's link is its second word: 8-byte blocks have none) */
-    if (bs < 16 || bs > HK_STASH_PARKED_SIZE || !hk_page_parked(page) || page == h->stash_parked ||
-        h->full_pages[page->cls] < STASH_PARKED_PAGES || h->stash_count[page->cls] >= STASH_PARKED_MAX ||
-        h->stash_parked_blocks >= STASH_PARKED_TOTAL)
+    if (page->reserved >= SCANT_MIN_BLOCKS || bs < 16 || bs > HK_STASH_PARKED_SIZE || !hk_page_parked(page) ||
+        page == h->stash_parked || h->full_pages[page->cls] < STASH_PARKED_PAGES ||
+        h->stash_count[page->cls] >= STASH_PARKED_MAX || h->stash_parked_blocks >= STASH_PARKED_TOTAL)
       return false;
     h->stash_parked = page;
     h->stash_parked_blocks++;
@@ -621,7 +627,7 @@ static hk_page *make_current(hk_heap *h, unsigned cls, hk_page *p) {
  * those frees come in runs, and a producer thread whose blocks a consumer
  * frees would otherwise take new pages while its own fill again. */
 HK_INLINE bool page_scant(const hk_page *p) {
-  return p->rejoined && p->reserved >= 128 && p->capacity - hk_page_used(p) < p->reserved / 16u;
+  return p->rejoined && p->reserved >= SCANT_MIN_BLOCKS && p->capacity - hk_page_used(p) < p->reserved / 16u;
 }
 
 /* Find a page of class cls with a free block and make it current. Memory
@@ -713,6 +719,29 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
   hk_page_extend(p);
   hk_heap_set_current(h, cls);
   return p;
+}
+
+/* The fast path found its current page's list ended and nothing pending
+ * (no purge, no soft limit, no stash of the class, no review, no remote
+ * hint): the page after it in the queue, when it holds free blocks and is
+ * not scant, becomes current as find_page would make it, without the slow
+ * path's layers (a class whose live blocks fill its pages comes here every
+ * few dozen mallocs). NULL where find_page has more to do. */
+void *hk_heap_next_page_malloc(hk_heap *h, hk_page *page) {
+  unsigned cls = page->cls;
+  hk_page *next = page->next;
+  if (HK_UNLIKELY(next == NULL || hk_list_end(next->free) || page_scant(next) || page != h->queues[cls].first ||
+                  h->review_due || hk_secure || (hk_load_relaxed(&page->remote) & ~HK_REMOTE_STATE_MASK) ||
+                  hk_load_acquire(&h->remote_hint)))
+    return NULL;
+  if ((++h->searches % CLOCK_EVERY) == 0) hk_heap_note_active(h);
+  h->class_searched[cls] = h->purge_passes;
+  /* (a page with blocks left to carve stays queued, as in find_page) */
+  if (page->capacity == page->reserved && !park_full(h, page)) return NULL;
+  make_current(h, cls, next);
+  if (HK_UNLIKELY(!hk_list_head_ok(next, next->free)))
+    hk_fatal("free list corrupted (a freed block was written: a use after free, or an overflow)", next->free);
+  return hk_page_pop(next);
 }
 
 /* A block of class cls for a request of `size` bytes, from the pages. */

@@ -49,6 +49,7 @@ uint8_t hk_class_slabs[HK_NCLASSES];
 uint8_t hk_class_colored[HK_NCLASSES];
 uint8_t hk_class_lut[(HK_LUT_MAX + 7) / 8 + 1];
 uint8_t hk_class_lut_first[HK_NCLASSES]; /* first slot of hk_class_lut holding each class */
+uint8_t hk_class_lut_end[HK_NCLASSES];   /* one past its last (0 for the classes above HK_LUT_MAX) */
 uint8_t hk_class_cache_max[HK_NCLASSES];
 
 /* Blocks between 8 KiB and a slab: pages of at least this many blocks. The
@@ -139,6 +140,10 @@ void hk_sizeclass_init(void) {
     while (hk_class_size[c] < size) c++;
     hk_class_lut[i] = (uint8_t)c;
   }
-  for (c = 0; c < HK_NCLASSES; c++) hk_class_lut_first[c] = sizeof(hk_class_lut) - 1;
-  for (size_t i = sizeof(hk_class_lut); i-- > 0;) hk_class_lut_first[hk_class_lut[i]] = (uint8_t)i;
+  for (c = 0; c < HK_NCLASSES; c++) hk_class_lut_first[c] = hk_class_lut_end[c] = 0;
+  for (size_t i = sizeof(hk_class_lut); i-- > 0;) {
+    c = hk_class_lut[i];
+    if (hk_class_lut_end[c] == 0) hk_class_lut_end[c] = (uint8_t)(i + 1);
+    hk_class_lut_first[c] = (uint8_t)i;
+  }
 }

@@ -207,16 +207,26 @@ void *hk_secure_malloc(size_t size, hk_heap *h) {
 }
 
 
+/* Out of line, so that hk_malloc_no_head's other paths are tail calls
+ * that save no registers. */
+static HK_NOINLINE void *next_page_malloc(size_t size, hk_heap *h, hk_page *page) {
+  void *p = hk_heap_next_page_malloc(h, page);
+  return p != NULL ? p : hk_malloc_slow(size, h);
+}
+
 /* The fast path's page had no carved block at the head of its list: the
  * list ended (the slow path), or a link was corrupted. */
 void *hk_malloc_no_head(size_t size, hk_heap *h, hk_page *page) {
   if (HK_LIKELY(hk_list_end(page->free))) {
-    /* a stashed block of the class first (queue.c), without the slow
-     * path's calls: they have nothing to do while neither the purger nor
-     * the soft limit waits for one */
-    if (page != &hk_page_empty && h->stash[page->cls] != NULL && !hk_purge_poke &&
-        !hk_load_relaxed(&hk_purger_wanted) && !hk_load_relaxed(&hk_limit_soft_crossed))
-      return hk_heap_stash_malloc(h, page->cls);
+    /* a stashed block of the class first (queue.c), then the next page's
+     * in the queue, without the slow path's calls: they have nothing to do
+     * while neither the purger nor the soft limit waits for one */
+    if (page != &hk_page_empty && !hk_purge_poke && !hk_load_relaxed(&hk_purger_wanted) &&
+        !hk_load_relaxed(&hk_limit_soft_crossed)) {
+      if (h->stash[page->cls] != NULL) return hk_heap_stash_malloc(h, page->cls);
+      /* (while a class grows, the page after the current one has none) */
+      if (page->next != NULL && !hk_list_end(page->next->free)) return next_page_malloc(size, h, page);
+    }
     return hk_malloc_slow(size, h);
   }
   hk_fatal("free list corrupted (a freed block was written: a use after free, or an overflow)", page->free);

@@ -112,6 +112,7 @@ enum { HK_COLORED_SLAB = 1, HK_COLORED_IN_SPAN = 2 };
 #define HK_COLORS 64
 extern uint8_t hk_class_lut[HK_LUT_SLOTS];
 extern uint8_t hk_class_lut_first[HK_NCLASSES];
+extern uint8_t hk_class_lut_end[HK_NCLASSES];
 extern uint8_t hk_class_cache_max[HK_NCLASSES]; /* remote.c's thread cache per class, in blocks (0: none) */
 
 /* ---- blocks ----
