@@ -721,6 +721,14 @@ static hk_page *find_page(hk_heap *h, unsigned cls) {
   return p;
 }
 
+/* The first free block of a page the search made current: its list's head
+ * must be a carved block of the page. */
+HK_INLINE hk_block *pop_checked(hk_page *page) {
+  if (HK_UNLIKELY(!hk_list_head_ok(page, page->free)))
+    hk_fatal("free list corrupted (a freed block was written: a use after free, or an overflow)", page->free);
+  return hk_page_pop(page);
+}
+
 /* The fast path found its current page's list ended and nothing pending
  * (no purge, no soft limit, no stash of the class, no review, no remote
  * hint): the page after it in the queue, when it holds free blocks and is
@@ -739,9 +747,7 @@ void *hk_heap_next_page_malloc(hk_heap *h, hk_page *page) {
   /* (a page with blocks left to carve stays queued, as in find_page) */
   if (page->capacity == page->reserved && !park_full(h, page)) return NULL;
   make_current(h, cls, next);
-  if (HK_UNLIKELY(!hk_list_head_ok(next, next->free)))
-    hk_fatal("free list corrupted (a freed block was written: a use after free, or an overflow)", next->free);
-  return hk_page_pop(next);
+  return pop_checked(next);
 }
 
 /* A block of class cls for a request of `size` bytes, from the pages. */
@@ -759,9 +765,7 @@ void *hk_heap_alloc(hk_heap *h, size_t size, unsigned cls) {
     errno = ENOMEM;
     return NULL;
   }
-  if (HK_UNLIKELY(!hk_list_head_ok(page, page->free)))
-    hk_fatal("free list corrupted (a freed block was written: a use after free, or an overflow)", page->free);
-  hk_block *b = hk_page_pop(page);
+  hk_block *b = pop_checked(page);
   if (hk_secure) hk_secure_on_alloc(page, b, size);
   return b;
 }
