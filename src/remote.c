@@ -523,26 +523,9 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
   cache_keep(self, cls, page, b, owner);
 }
 
-/* A free of another heap's block, or any free in cache mode (see the top
- * of this file). self: this thread's heap, or hk_heap_empty (no heap yet,
- * or exiting). Hardened mode has its own (hk_secure_free). */
-void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
-  if (HK_UNLIKELY(hk_free_checks)) {
-    if (hk_secure) {
-      hk_secure_free(b, page, self);
-      return;
-    }
-    hk_page_sample_freed(page); /* (before the block can be handed out again) */
-    /* a block of this thread's sample heap (profile.c): out of the
-     * profile, and back to its page (free_remote_other's way, without its
-     * tests) */
-    hk_heap *owner = hk_load_relaxed(&page->heap);
-    if (owner == self->sample_heap && owner != NULL && !hk_looks_free(page, b)) {
-      hk_sample_freed(b, owner);
-      hk_free_local_push(owner, page, b);
-      return;
-    }
-  }
+/* hk_free_to_cache's path: b, a carved block of page's, freed by self.
+ * Every call in it is a tail call, so that it saves no registers. */
+HK_INLINE void free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
   hk_heap *owner = hk_load_relaxed(&page->heap);
   if (HK_UNLIKELY(hk_looks_free(page, b))) {
     if (owner == self) { /* cache mode: the owner can confirm */
@@ -566,4 +549,33 @@ void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
     return;
   }
   cache_keep(self, (unsigned)cls, page, b, owner);
+}
+
+/* hk_free_to_cache with hardened mode or the profiler on. */
+static HK_NOINLINE void free_to_cache_checked(hk_block *b, hk_page *page, hk_heap *self) {
+  if (hk_secure) {
+    hk_secure_free(b, page, self);
+    return;
+  }
+  hk_page_sample_freed(page); /* (before the block can be handed out again) */
+  /* a block of this thread's sample heap (profile.c): out of the profile,
+   * and back to its page (free_remote_other's way, without its tests) */
+  hk_heap *owner = hk_load_relaxed(&page->heap);
+  if (owner == self->sample_heap && owner != NULL && !hk_looks_free(page, b)) {
+    hk_sample_freed(b, owner);
+    hk_free_local_push(owner, page, b);
+    return;
+  }
+  free_to_cache(b, page, self);
+}
+
+/* A free of another heap's block, or any free in cache mode (see the top
+ * of this file). self: this thread's heap, or hk_heap_empty (no heap yet,
+ * or exiting). Hardened mode has its own (hk_secure_free). */
+void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
+  if (HK_UNLIKELY(hk_free_checks)) {
+    free_to_cache_checked(b, page, self);
+    return;
+  }
+  free_to_cache(b, page, self);
 }
