@@ -102,13 +102,14 @@ void *hk_realloc(void *p, size_t size) { return hk_realloc_in(p, size, NULL); }
 /* realloc of a small block of the thread's own (below HK_REALLOC_SMALL,
  * before and after), as free's fast path finds it: of the rest of realloc
  * only the room applies to it (no span, no resize in place), so it stays
- * where it is or moves, with one page lookup. Returns false, having
+ * where it is or moves, with one page lookup; and of a bigger block of the
+ * thread's own that stays where it is. Returns false, having
  * done nothing, for anything else (another thread's block, a program
  * heap's, hardened mode, a block that looks freed, a misaligned or invalid
  * pointer: all checked by the general path). */
 HK_INLINE bool realloc_small(void *p, size_t size, void **out) {
   uintptr_t slab = hk_arena_slab((uintptr_t)p);
-  if (HK_UNLIKELY(slab >= HK_ARENA_SLABS || size >= HK_REALLOC_SMALL || hk_secure)) return false;
+  if (HK_UNLIKELY(slab >= HK_ARENA_SLABS || hk_secure)) return false;
   hk_page *page = hk_arena_page(slab);
   hk_heap *h = hk_tls_heap;
   /* (a page's heap is untagged outside hardened mode; hk_heap_empty owns
@@ -117,7 +118,22 @@ HK_INLINE bool realloc_small(void *p, size_t size, void **out) {
       hk_looks_free(page, (hk_block *)p) || ((uintptr_t)p & 15) != 0)
     return false;
   size_t usable = hk_page_usable(page);
-  if (usable >= HK_REALLOC_SMALL) return false;
+  if (usable >= HK_REALLOC_SMALL || size >= HK_REALLOC_SMALL) {
+    /* a bigger block that does not grow past its room stays, as in the
+     * general path: a block alone in its span (or shrinking in a span its
+     * class colours) where its span resizes in place, any other where it
+     * fits without wasting more than half */
+    if (size > usable) return false;
+    if (hk_span_block(page) || (size < usable && hk_colored_in_span(page))) {
+      if (size <= HK_SLAB_SIZE / 2 || hk_load_relaxed(&page->sampled) || !hk_heap_resize_span_block(h, page, size))
+        return false;
+      hk_purger_poke(); /* (a shrink gave slabs back) */
+    } else if (size < usable / 2) {
+      return false;
+    }
+    *out = p;
+    return true;
+  }
   if (size <= usable && (size >= usable / 2 || usable <= 16)) {
     *out = p;
     return true;
