@@ -551,12 +551,8 @@ HK_INLINE void free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
   cache_keep(self, (unsigned)cls, page, b, owner);
 }
 
-/* hk_free_to_cache with hardened mode or the profiler on. */
-static HK_NOINLINE void free_to_cache_checked(hk_block *b, hk_page *page, hk_heap *self) {
-  if (hk_secure) {
-    hk_secure_free(b, page, self);
-    return;
-  }
+/* hk_free_to_cache with the profiler on. */
+static HK_NOINLINE void free_to_cache_sampling(hk_block *b, hk_page *page, hk_heap *self) {
   hk_page_sample_freed(page); /* (before the block can be handed out again) */
   /* a block of this thread's sample heap (profile.c): out of the profile,
    * and back to its page (free_remote_other's way, without its tests) */
@@ -574,7 +570,8 @@ static HK_NOINLINE void free_to_cache_checked(hk_block *b, hk_page *page, hk_hea
  * or exiting). Hardened mode has its own (hk_secure_free). */
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
   if (HK_UNLIKELY(hk_free_checks)) {
-    free_to_cache_checked(b, page, self);
+    if (hk_secure) hk_secure_free(b, page, self);
+    else free_to_cache_sampling(b, page, self);
     return;
   }
   free_to_cache(b, page, self);
