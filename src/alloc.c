@@ -99,6 +99,21 @@ void *hk_alloc_aligned(size_t align, size_t size, bool zero) {
 
 void *hk_realloc(void *p, size_t size) { return hk_realloc_in(p, size, NULL); }
 
+/* Resize page's block, one of h's, in place to size bytes if it is alone
+ * in its span (or shrinks in a span its class colours), by taking or
+ * returning the slabs after it (queue.c, hk_heap_resize_span_block); false
+ * where that does not apply or cannot be done. Not in hardened mode. (A
+ * sampled block moves instead: its sample, of the size first asked for,
+ * ends with its free, and the new block is sampled or not anew.) */
+HK_INLINE bool span_resized(hk_heap *h, hk_page *page, size_t size, size_t usable) {
+  if (size <= HK_SLAB_SIZE / 2 || size > HK_MEDIUM_MAX ||
+      !(hk_span_block(page) || (size < usable && hk_colored_in_span(page))) || hk_load_relaxed(&page->sampled) ||
+      !hk_heap_resize_span_block(h, page, size))
+    return false;
+  hk_purger_poke(); /* a shrink gave slabs back */
+  return true;
+}
+
 /* realloc of a small block of the thread's own (below HK_REALLOC_SMALL,
  * before and after), as free's fast path finds it: of the rest of realloc
  * only the room applies to it (no span, no resize in place), so it stays
@@ -120,17 +135,9 @@ HK_INLINE bool realloc_small(void *p, size_t size, void **out) {
   size_t usable = hk_page_usable(page);
   if (usable >= HK_REALLOC_SMALL || size >= HK_REALLOC_SMALL) {
     /* a bigger block that does not grow past its room stays, as in the
-     * general path: a block alone in its span (or shrinking in a span its
-     * class colours) where its span resizes in place, any other where it
-     * fits without wasting more than half */
-    if (size > usable) return false;
-    if (hk_span_block(page) || (size < usable && hk_colored_in_span(page))) {
-      if (size <= HK_SLAB_SIZE / 2 || hk_load_relaxed(&page->sampled) || !hk_heap_resize_span_block(h, page, size))
-        return false;
-      hk_purger_poke(); /* (a shrink gave slabs back) */
-    } else if (size < usable / 2) {
-      return false;
-    }
+     * general path: where its span resizes in place, or where it fits
+     * without wasting more than half */
+    if (size > usable || (!span_resized(h, page, size, usable) && size < usable / 2)) return false;
     *out = p;
     return true;
   }
@@ -190,18 +197,11 @@ void *hk_realloc_in(void *p, size_t size, hk_heap *heap) {
     void *q = hk_large_realloc(r, p, size);
     if (q != NULL) return q;
   }
-  /* A block alone in its span grows or shrinks in place where it can
-   * (queue.c, hk_heap_resize_span_block). */
-  if (r->kind != HK_KIND_LARGE && !hk_secure && size > HK_SLAB_SIZE / 2 && size <= HK_MEDIUM_MAX) {
+  /* A block alone in its span grows or shrinks in place where it can. */
+  if (r->kind != HK_KIND_LARGE && !hk_secure) {
     hk_page *page = hk_page_of(r, p);
     hk_heap *h = hk_tls_heap;
-    /* (a sampled block moves instead: its sample, of the size first asked
-     * for, ends with its free, and the new block is sampled or not anew) */
-    if (hk_load_relaxed(&page->heap) == h && (hk_span_block(page) || (size < usable && hk_colored_in_span(page))) &&
-        !hk_load_relaxed(&page->sampled) && hk_heap_resize_span_block(h, page, size)) {
-      hk_purger_poke(); /* a shrink gave slabs back */
-      return p;
-    }
+    if (hk_load_relaxed(&page->heap) == h && span_resized(h, page, size, usable)) return p;
   }
   /* The block stays where it is only if it is as aligned as malloc(size)
    * would be: 16 bytes, unless size fits the 8-byte class. */
