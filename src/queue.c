@@ -25,14 +25,22 @@ bool hk_profile_on;       /* the heap profiler samples (profile.c) */
 
 /* The budget for the thread's heap as it is now: shut while malloc must
  * leave the fast path every time (no heap, cache mode, hardened mode, a
- * heap of the program's in use: hak_heap_use); with the profiler on, the bytes to the next sample (the exponential
- * distribution is memoryless: a fresh draw at any time keeps every byte's
- * chance of being sampled the same). */
+ * heap of the program's in use: hak_heap_use); with the profiler on, the
+ * bytes to the next sample: what cache mode's count left (sample_left,
+ * taken once), else a fresh draw. (The exponential distribution is
+ * memoryless: a fresh draw at any time keeps every byte's chance of being
+ * sampled the same; the count carried over saves a draw each time a
+ * thread leaves cache mode.) */
 void hk_tls_arm(void) {
   hk_heap *h = hk_tls.heap;
-  hk_tls.budget = h->free_owner != h || hk_tls.use != NULL ? HK_BUDGET_SHUT
-                  : hk_profile_on                          ? hk_random_gap((uint64_t)hk_opt.profile_rate)
-                                                           : HK_BUDGET_OPEN;
+  if (h->free_owner != h || hk_tls.use != NULL) {
+    hk_tls.budget = HK_BUDGET_SHUT;
+  } else if (!hk_profile_on) {
+    hk_tls.budget = HK_BUDGET_OPEN;
+  } else {
+    hk_tls.budget = h->sample_left != 0 ? h->sample_left : hk_random_gap((uint64_t)hk_opt.profile_rate);
+    h->sample_left = 0;
+  }
 }
 
 
@@ -452,13 +460,13 @@ void hk_heap_stash_purge_idle(void) {
   if (waiting) hk_store_relaxed(&stash_waiting, true);
 }
 
-/* hk_heap_page_emptied with hk_free_checks: the profiler's mark (the
- * sample goes before the block can be taken again), and hardened mode's
- * stash, which takes only blocks of one-block pages (its quarantine does
- * not take them; its malloc finds them in the slow path, hk_heap_alloc,
- * which marks them live), in zero mode none (a stashed block's links would
- * sit in the bytes it checks). Out of line: the call would cost the
- * default path a frame. */
+/* hk_heap_page_emptied of a sampled page or in hardened mode: the
+ * profiler's mark (the sample goes before the block can be taken again),
+ * and hardened mode's stash, which takes only blocks of one-block pages
+ * (its quarantine does not take them; its malloc finds them in the slow
+ * path, hk_heap_alloc, which marks them live), in zero mode none (a
+ * stashed block's links would sit in the bytes it checks). Out of line:
+ * the call would cost the default path a frame. */
 static HK_NOINLINE void page_emptied_checked(hk_heap *h, hk_page *page) {
   hk_page_sample_freed(page);
   if ((hk_secure && (page->reserved != 1 || hk_secure_zero)) || !stash_put(h, page)) page_emptied(h, page);
@@ -467,7 +475,9 @@ static HK_NOINLINE void page_emptied_checked(hk_heap *h, hk_page *page) {
 /* Called by free() when a page became empty, or when it received a block
  * while parked on the full list. */
 void hk_heap_page_emptied(hk_heap *h, hk_page *page) {
-  if (HK_UNLIKELY(hk_free_checks)) {
+  /* (with the profiler on, a page whose block is no sample takes the
+   * default path: most of them) */
+  if (HK_UNLIKELY(hk_free_checks) && (hk_secure || hk_load_relaxed(&page->sampled))) {
     page_emptied_checked(h, page);
     return;
   }

@@ -515,9 +515,15 @@ static HK_NOINLINE void free_remote_other(hk_block *b, hk_page *page, hk_heap *s
     /* remote frees filled a class's list: cache mode (cache_remote still
      * counts the keeps before, so the first check, which may come with the
      * next cached malloc, keeps the mode) */
-    self->free_owner = HK_NO_OWNER(self);
-    hk_tls.budget = HK_BUDGET_SHUT; /* (self is this thread's heap) */
-    if (hk_profile_on) self->sample_left = hk_random_gap((uint64_t)hk_opt.profile_rate);
+    if (self->free_owner == self) {
+      self->free_owner = HK_NO_OWNER(self);
+      /* (self is this thread's heap: its budget, with the profiler on, is
+       * the count to the next sample, carried over; hk_tls_arm carries it
+       * back) */
+      if (hk_profile_on)
+        self->sample_left = hk_tls.budget - 1 < HK_BUDGET_OPEN - 1 ? hk_tls.budget : hk_random_gap((uint64_t)hk_opt.profile_rate);
+      hk_tls.budget = HK_BUDGET_SHUT;
+    }
   }
   if (self->cache_bytes + hk_class_size[cls] > HK_CACHE_BYTES) cache_halve(self);
   cache_keep(self, cls, page, b, owner);
@@ -551,17 +557,12 @@ HK_INLINE void free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
   cache_keep(self, (unsigned)cls, page, b, owner);
 }
 
-/* hk_free_to_cache with the profiler on. */
-static HK_NOINLINE void free_to_cache_sampling(hk_block *b, hk_page *page, hk_heap *self) {
-  hk_page_sample_freed(page); /* (before the block can be handed out again) */
-  /* a block of this thread's sample heap (profile.c): out of the profile,
-   * and back to its page (free_remote_other's way, without its tests) */
-  hk_heap *owner = hk_load_relaxed(&page->heap);
-  if (owner == self->sample_heap && owner != NULL && !hk_looks_free(page, b)) {
-    hk_sample_freed(b, owner);
-    hk_free_local_push(owner, page, b);
-    return;
-  }
+/* hk_free_to_cache of a sampled one-block page's block: out of the
+ * profile before the block can be handed out again. (A block of a sample
+ * heap takes free_to_cache's way to free_remote_other, whose owner test
+ * it fails.) */
+static HK_NOINLINE void free_to_cache_sampled(hk_block *b, hk_page *page, hk_heap *self) {
+  hk_page_sample_freed(page);
   free_to_cache(b, page, self);
 }
 
@@ -570,9 +571,14 @@ static HK_NOINLINE void free_to_cache_sampling(hk_block *b, hk_page *page, hk_he
  * or exiting). Hardened mode has its own (hk_secure_free). */
 void hk_free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
   if (HK_UNLIKELY(hk_free_checks)) {
-    if (hk_secure) hk_secure_free(b, page, self);
-    else free_to_cache_sampling(b, page, self);
-    return;
+    if (hk_secure) {
+      hk_secure_free(b, page, self);
+      return;
+    }
+    if (hk_load_relaxed(&page->sampled)) {
+      free_to_cache_sampled(b, page, self);
+      return;
+    }
   }
   free_to_cache(b, page, self);
 }

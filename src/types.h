@@ -311,7 +311,8 @@ typedef struct hk_heap {
   uint32_t cache_remote;          /* blocks of other heaps put into the cache since the last
                                      check (remote.c: leaving cache mode) */
   uint64_t sample_left;           /* in cache mode with the heap profiler on: bytes to the next
-                                     sample (the thread's budget is shut then: thread.c) */
+                                     sample (the thread's budget is shut then: thread.c), carried
+                                     to and from the budget as the mode changes (hk_tls_arm) */
   struct hk_heap *free_owner;     /* what free's fast path finds in page->heap for a block to
                                      take its page's list: this heap, or in cache mode
                                      HK_NO_OWNER(this heap), which no page holds (remote.c);

@@ -10,7 +10,8 @@
 #   hak_profile_dump fails with ENOSYS when the profiler is off; threads
 #   that exit one after another leave their sample heaps to the next;
 #   buffers grown by realloc leave no more pages behind profiled than not;
-#   samples freed at different ages are counted in their lifetime classes.
+#   samples freed at different ages are counted in their lifetime classes;
+#   a thread going in and out of cache mode is sampled as any other.
 # Usage: profile_check.sh TEST_PROFILE
 set -eu
 prog=$1
@@ -57,6 +58,20 @@ for s in doc["stacks"]:
 assert set(left) == {"profile_span_current", "profile_span_remote"}, "sampled sites missing: %s" % left
 assert all(v == 0 for v in left.values()), "freed samples left in the profile: %s" % left
 print("freed: no sample left of 100 blocks freed from their current page, 16 freed by another thread")
+PY
+
+# a thread that goes into cache mode and out of it (freeing another
+# thread's blocks, then reusing its own), 200 times each, carries its count
+# to the next sample along: what it keeps between is estimated as well as
+# anything
+kept=$(HAKMEM_PROFILE=1 HAKMEM_PROFILE_RATE=4096 "$prog" modes "$dir/modes.heap" 2>/dev/null | sed -n 's/^kept //p')
+python3 - "$dir/modes.heap.json" "$kept" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+kept = int(sys.argv[2])
+est = sum(s["live_bytes"] for s in doc["stacks"] if s["frames"] and s["frames"][0].get("function") == "profile_keep_modes")
+print("modes: %d bytes kept, %d estimated (%+.1f %%)" % (kept, est, 100.0 * (est - kept) / kept))
+assert abs(est - kept) <= 0.10 * kept, "estimate off by more than 10 %"
 PY
 
 # lifetimes: samples freed at once, after 30 ms and after 1.1 s counted

@@ -23,10 +23,17 @@
  *                             10 times: the pages that sampled blocks leave
  *                             as they move are not kept, so the spans
  *                             serving pages stay few
+ *   test_profile modes PATH   this thread frees another thread's blocks
+ *                             (which puts it in cache mode: remote.c) and
+ *                             then reuses its own (which takes it out),
+ *                             200 times each, keeping blocks of its own
+ *                             between; then hak_profile_dump(PATH); prints
+ *                             "kept BYTES" (the bytes it keeps)
  *   test_profile [off]        hak_profile_dump fails with ENOSYS (the profiler off) */
 #include "api.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 
 enum { SMALL = 200000, LARGE = 8, ALT = 40000, SPAN = 64 };
@@ -207,6 +214,67 @@ static unsigned long long mapped_after_threads(int threads) {
   return s.mapped_bytes;
 }
 
+/* modes: the count to the next sample goes with the thread into cache
+ * mode and out of it; the bytes kept at profile_keep_modes between the
+ * changes must be estimated as well as any. */
+#define MODES_ROUNDS 400
+#define MODES_FOREIGN 256
+static void *modes_foreign[MODES_ROUNDS / 2][MODES_FOREIGN];
+static void *modes_kept[MODES_ROUNDS][64];
+static pthread_barrier_t modes_made;
+
+static _Atomic int modes_stop;
+
+/* Allocates the blocks the other thread frees, then goes on allocating
+ * until it is told to stop: the blocks of an owner that exited or sits
+ * idle go straight back to their pages (remote.c, owner_idle), which is no
+ * cache mode. */
+static void *modes_allocator(void *arg) {
+  for (int r = 0; r < MODES_ROUNDS / 2; r++)
+    for (int i = 0; i < MODES_FOREIGN; i++) CHECK((modes_foreign[r][i] = malloc(64)) != NULL, "malloc");
+  pthread_barrier_wait(&modes_made);
+  while (!atomic_load(&modes_stop)) {
+    void *p[64];
+    for (int i = 0; i < 64; i++) CHECK((p[i] = malloc(4096)) != NULL, "malloc");
+    for (int i = 0; i < 64; i++) free(p[i]);
+  }
+  return arg;
+}
+
+__attribute__((noinline)) void *profile_keep_modes(size_t n) {
+  void *p = malloc(n);
+  CHECK(p != NULL, "malloc");
+  return p;
+}
+
+static size_t modes(const char *path) {
+  pthread_t t;
+  CHECK(pthread_barrier_init(&modes_made, NULL, 2) == 0, "barrier");
+  CHECK(pthread_create(&t, NULL, modes_allocator, NULL) == 0, "thread");
+  pthread_barrier_wait(&modes_made);
+  size_t kept = 0;
+  for (int r = 0; r < MODES_ROUNDS; r++) {
+    if (r % 2 == 0) {
+      for (int i = 0; i < MODES_FOREIGN; i++) free(modes_foreign[r / 2][i]);
+    } else {
+      for (int k = 0; k < 4; k++) {
+        void *own[256];
+        for (int i = 0; i < 256; i++) CHECK((own[i] = malloc(64)) != NULL, "malloc");
+        for (int i = 0; i < 256; i++) free(own[i]);
+      }
+    }
+    for (int i = 0; i < 64; i++) {
+      size_t n = 16 + (size_t)(i * 613 + r * 97) % 2000;
+      modes_kept[r][i] = profile_keep_modes(n);
+      kept += n;
+    }
+  }
+  atomic_store(&modes_stop, 1);
+  CHECK(pthread_join(t, NULL) == 0, "join");
+  CHECK(hak_profile_dump(path) == 0, "hak_profile_dump(%s): %s", path, strerror(errno));
+  return kept;
+}
+
 /* Bytes of spans serving pages after buffers grew through every class
  * (as bench/realloc_growth's) and were freed. */
 static unsigned long long page_bytes_after_growth(void) {
@@ -250,9 +318,13 @@ int main(int argc, char **argv) {
     printf("test_profile: off: OK\n");
     return 0;
   }
-  CHECK(argc >= 3, "usage: test_profile dump|signal|freed|lifetimes PATH | threads | [off]");
+  CHECK(argc >= 3, "usage: test_profile dump|signal|freed|lifetimes|modes PATH | threads | realloc | [off]");
   if (strcmp(argv[1], "freed") == 0) {
     freed_spans(argv[2]);
+    return 0;
+  }
+  if (strcmp(argv[1], "modes") == 0) {
+    printf("kept %zu\n", modes(argv[2]));
     return 0;
   }
   if (strcmp(argv[1], "lifetimes") == 0) {
