@@ -559,8 +559,8 @@ HK_INLINE void free_to_cache(hk_block *b, hk_page *page, hk_heap *self) {
 
 /* hk_free_to_cache of a sampled one-block page's block: out of the
  * profile before the block can be handed out again. (A block of a sample
- * heap takes free_to_cache's way to free_remote_other, whose owner test
- * it fails.) */
+ * heap fails free_to_cache's owner-kind test and goes to
+ * free_remote_other, which drops its sample.) */
 static HK_NOINLINE void free_to_cache_sampled(hk_block *b, hk_page *page, hk_heap *self) {
   hk_page_sample_freed(page);
   free_to_cache(b, page, self);
