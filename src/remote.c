@@ -30,7 +30,8 @@
  * for good.
  *
  * The cache is bounded: at most hk_class_cache_max[cls] blocks per class
- * and HK_CACHE_BYTES in all. Past that, the older half of the class, or
+ * (none of blocks above HK_CACHE_BLOCK_MAX, types.h) and HK_CACHE_BYTES
+ * in all. Past that, the older half of the class, or
  * of every class (all of it, in a thread that has allocated nothing),
  * goes back to the pages: each run of blocks of one page
  * with one CAS onto the page's remote stack, or onto the page's own list

@@ -115,7 +115,7 @@ static void set_class(unsigned c, uint32_t size, unsigned n, bool padded, bool t
   /* remote.c links cached blocks through their second word */
   uint32_t fmax = HK_CACHE_CLASS_BYTES / size;
   /* a twin's blocks would never be taken: malloc never picks the class */
-  hk_class_cache_max[c] = (uint8_t)(size < 16 || twin ? 0 : fmax > 128 ? 128 : fmax);
+  hk_class_cache_max[c] = (uint8_t)(size < 16 || twin || size > HK_CACHE_BLOCK_MAX ? 0 : fmax > 128 ? 128 : fmax);
 }
 
 void hk_sizeclass_init(void) {

@@ -303,6 +303,13 @@ typedef struct hk_heap_stats {
  * this many bytes in all, and per class as hk_class_cache_max says. */
 #define HK_CACHE_BYTES ((uint32_t)256 << 10)
 #define HK_CACHE_CLASS_BYTES ((uint32_t)16 << 10)
+/* Blocks above this size are never cached: another thread's block of
+ * that size was mostly written by its allocating thread and seldom read
+ * whole by its freer, so reusing it here moves each line it writes from
+ * the other core, where its owner's reuse finds them in its own cache.
+ * A smaller block is at most 16 lines, and keeping it saves a CAS on its
+ * page and its owner's collecting it. */
+#define HK_CACHE_BLOCK_MAX 1024u
 
 #define HK_GROWN_RING 16
 #define HK_LABEL_MAX 47 /* bytes of a heap's label (hak_label) */

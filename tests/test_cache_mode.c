@@ -6,7 +6,9 @@
  * is in cache mode (free_owner is not A's heap). A's own free then goes to
  * the cache too (the block carries the foreign tag) and is A's next malloc
  * of that size. In a forked child, freeing such a cached block of
- * A's own again aborts with hakmem's double-free message. Then A and B
+ * A's own again aborts with hakmem's double-free message. A block of B's
+ * above HK_CACHE_BLOCK_MAX that A frees goes straight back to its page,
+ * not to the cache. Then A and B
  * free each other's blocks, and their own, thousands of times over sizes
  * 16 B-8 KiB, so that classes overflow (half of a class goes back) and the
  * cache overflows (every class halves): every live block keeps its
@@ -31,13 +33,14 @@
 
 #define N64 200 /* more than the 64-byte class's list holds (128) */
 
-static hkt_blk a_own[NBLK], b_own[NBLK], b_64[N64];
+static hkt_blk a_own[NBLK], b_own[NBLK], b_64[N64], b_big;
 static pthread_barrier_t bar;
 static uint64_t seed_next = 1;
 
 static size_t pick_size(uint64_t *rng) {
   uint64_t r = hkt_rand(rng);
-  /* mostly small, some up to 8 KiB (the classes with a cache) */
+  /* mostly up to 1 KiB (the classes with a cache), some up to 8 KiB
+   * (above HK_CACHE_BLOCK_MAX: none) */
   return (r & 3) ? 16 + (size_t)(r >> 8) % 1009 : 1024 + (size_t)(r >> 8) % 7169;
 }
 
@@ -68,6 +71,7 @@ static void *thread_b(void *arg) {
   uint64_t rng = 0x9e3779b97f4a7c15ull;
   for (int i = 0; i < NBLK; i++) alloc_blk(&b_own[i], pick_size(&rng));
   for (int i = 0; i < N64; i++) alloc_blk(&b_64[i], 64);
+  alloc_blk(&b_big, HK_CACHE_BLOCK_MAX + 1);
   /* B counts as active while A frees B's blocks, however long the machine
    * keeps B or A waiting (remote.c, owner_idle); B's next page search sets
    * its clock back to the time */
@@ -153,6 +157,15 @@ int main(void) {
   CHECK(in_cache_mode(), "%d remote frees of one class did not start cache mode", kept);
   CHECK(kept > 64, "cache mode after %d remote frees only: the class's list holds 128", kept);
   for (int i = kept; i < N64; i++) free(b_64[i].p);
+
+  /* a block above HK_CACHE_BLOCK_MAX goes straight back to its page, in
+   * cache mode too */
+  hkt_blk_check(&b_big, "B's block above HK_CACHE_BLOCK_MAX");
+  hk_page *big_page = page_of(b_big.p);
+  uint64_t sent = hk_tls_heap->stats.remote_frees;
+  free(b_big.p);
+  CHECK(hk_tls_heap->stats.remote_frees == sent + 1 && hk_tls_heap->cache_first[big_page->cls] == NULL,
+        "a remote free of a block of %zu bytes was kept in the cache", (size_t)HK_CACHE_BLOCK_MAX + 1);
 
   /* an own free goes to the cache and comes back first (a class with no
    * cached block, so that the block reused is this thread's own) */
