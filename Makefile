@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 CMAKE ?= cmake
 
-.PHONY: all build test test-release test-clang test-asan test-tsan test-debug test-install test-options test-fuzz fuzz-coverage install clean
+.PHONY: all build test test-release test-clang test-asan test-tsan test-debug test-install test-options test-aarch64 test-fuzz fuzz-coverage install clean
 
 all: build
 
@@ -54,6 +54,12 @@ test-install: build
 test-options: build
 	sh tests/options_matrix.sh build
 
+# the aarch64 build, cross-compiled without warnings, and the tests qemu's
+# user mode can run (tests/aarch64_qemu.sh; Debian: gcc-aarch64-linux-gnu
+# g++-aarch64-linux-gnu qemu-user). CI runs it after `make test`.
+test-aarch64:
+	sh tests/aarch64_qemu.sh build-aarch64
+
 # libFuzzer on the hak_ API against a shadow model (tests/fuzz_api.c,
 # docs/SAFETY.md), for FUZZ_SECONDS. Needs clang and its libFuzzer runtime
 # (Debian: libclang-rt-dev). Seeds: tests/fuzz_corpus/; new corpus entries go
@@ -102,4 +108,4 @@ bench-sweep-quick: build
 	python3 bench/run.py --sweep --quick
 
 clean:
-	rm -rf build build-clang build-asan build-tsan build-fuzz build-cov
+	rm -rf build build-clang build-asan build-tsan build-debug build-aarch64 build-fuzz build-cov

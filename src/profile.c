@@ -174,6 +174,7 @@ static __thread uintptr_t stack_top __attribute__((tls_model("initial-exec"))); 
 
 static size_t frame_slot(uintptr_t ip) { return (size_t)((ip * 0x9e3779b97f4a7c15ull) >> 50) & (FRAME_SIZES - 1); }
 
+#if defined(__x86_64__) /* (read by walk_stack only) */
 /* The code remembered for ip, or -1. */
 static int64_t frame_size_of(uintptr_t ip) {
   for (size_t i = frame_slot(ip), probes = 0; probes < 8; i = (i + 1) & (FRAME_SIZES - 1), probes++) {
@@ -183,6 +184,7 @@ static int64_t frame_size_of(uintptr_t ip) {
   }
   return -1;
 }
+#endif
 
 static void remember(uintptr_t ip, uint64_t code) {
   if (ip >> 47) return; /* (not a user-space code address) */
