@@ -95,16 +95,27 @@ void hk_os_guard(void *p, size_t size) {
  * stays through MADV_DONTNEED and fork, and the range stays part of its
  * mapping, which merges with its neighbours'. False, having done nothing,
  * where the kernel has no such guards (older than 6.13): the caller makes
- * a PROT_NONE one. */
-static _Atomic bool guards_light_missing;
-/* Whether hk_os_guard_light may work: false once the kernel refused it. */
-bool hk_os_has_guard_light(void) { return !hk_load_relaxed(&guards_light_missing); }
+ * a PROT_NONE one.
+ * The first guard is checked: an emulator of the system calls (qemu's user
+ * mode, which runs aarch64 containers on x86-64 hosts) answers 0 to advice
+ * it does not know and installs nothing. The check is a system call that
+ * reads the guard's first byte as a path, and must fail there with EFAULT
+ * (made directly: a library that wraps faccessat could read the path
+ * itself, and fault). */
+static _Atomic int guards_light_state; /* 0: not tried yet, 1: they work, -1: they do not */
+/* Whether hk_os_guard_light may work: false once it failed. */
+bool hk_os_has_guard_light(void) { return hk_load_relaxed(&guards_light_state) >= 0; }
 bool hk_os_guard_light(void *p, size_t size) {
-  _Atomic bool *missing = &guards_light_missing;
-  if (hk_load_relaxed(missing)) return false;
+  int state = hk_load_relaxed(&guards_light_state);
+  if (state < 0) return false;
   int saved = errno;
   bool ok = madvise(p, size, MADV_GUARD_INSTALL) == 0;
-  if (!ok && errno == EINVAL) hk_store_relaxed(missing, true);
+  if (!ok && errno == EINVAL) {
+    hk_store_relaxed(&guards_light_state, -1);
+  } else if (ok && state == 0) {
+    ok = syscall(SYS_faccessat, AT_FDCWD, p, F_OK, 0) != 0 && errno == EFAULT;
+    hk_store_relaxed(&guards_light_state, ok ? 1 : -1);
+  }
   errno = saved;
   return ok;
 }

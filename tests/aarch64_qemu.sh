@@ -17,9 +17,9 @@
 # - a thread count: qemu runs a thread of its own (test_purger_start);
 # - the shell-script tests, which run the test programs directly or preload
 #   the library into the host's programs.
-# (The misuse tests would fail there for a second reason: qemu answers 0 to
-# madvise advice it does not know, MADV_GUARD_INSTALL among them, and
-# installs no guard.)
+# (test_guards checks the guard pages there without a fork: qemu answers 0
+# to madvise advice it does not know, MADV_GUARD_INSTALL among them, and
+# installs nothing, which hakmem must notice, src/os.c.)
 set -eu
 cd "$(dirname "$0")/.."
 dir=${1:-build-aarch64}
