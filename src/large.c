@@ -943,7 +943,10 @@ void hk_large_free(hk_region *r, void *p) {
   size_t limit = (size_t)hk_opt.large_cache_mb << 20;
   if (limit != 0 && 2 * recent.bytes > limit) limit = 2 * recent.bytes;
   unsigned entries = cache_entries_limit(recent);
-  bool cached = entries != 0 && r->map_size <= limit;
+  /* (zero mode caches none: a freed block's memory goes back to the kernel,
+   * so the next block is zero, and a write after free faults while the
+   * range stays unmapped) */
+  bool cached = entries != 0 && r->map_size <= limit && !hk_secure_zero;
   if (cached) {
     /* make room by evicting the oldest entries */
     while ((cache.n >= entries || cache.bytes + r->map_size > limit) && cache.n > 0)

@@ -265,10 +265,13 @@ static HKT_UNUSED int hkt_timed_purges(void) {
 
 /* Is a freed large block of `size` bytes cached (HAKMEM_LARGE_CACHE_MB,
  * _ENTRIES)? The cache counts whole mappings: the block, its header page
- * and its colour (under 64 KiB more). */
+ * and its colour (under 64 KiB more). Zero mode (HAKMEM_SECURE=2) caches
+ * none. */
 static HKT_UNUSED int hkt_large_cache(size_t size) {
   const char *mb = getenv("HAKMEM_LARGE_CACHE_MB"), *entries = getenv("HAKMEM_LARGE_CACHE_ENTRIES");
-  return !(mb != NULL && (size_t)atol(mb) << 20 < size + (64 << 10)) && !(entries != NULL && atol(entries) == 0);
+  const char *secure = getenv("HAKMEM_SECURE");
+  return !(mb != NULL && (size_t)atol(mb) << 20 < size + (64 << 10)) && !(entries != NULL && atol(entries) == 0) &&
+         !(secure != NULL && atoi(secure) >= 2);
 }
 
 /* How many OS pages of [lo, hi) are resident (at most 64 pages). */

@@ -118,6 +118,24 @@ static void test_realloc_large_shrinks_in_place(void) {
   API(free)(q);
 }
 
+/* Zero mode (HAKMEM_SECURE=2) zeroes every freed block: a large block's
+ * mapping is not cached but unmapped, so the next block of its size reads
+ * as zero, whatever the last one held. */
+static void test_zero_mode_large(void) {
+  const char *level = getenv("HAKMEM_SECURE");
+  if (level == NULL || atoi(level) < 2) return;
+  size_t sizes[] = {1 * MiB, 2 * MiB + 100, 4 * MiB, 8 * MiB, 256 * KiB, 4000};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    for (int round = 0; round < 3; round++) {
+      char *p = (char *)API(malloc)(sizes[i]);
+      CHECK(p != NULL, "malloc(%zu) failed", sizes[i]);
+      check_zero(p, sizes[i], "zero mode: a block after a freed one of its size");
+      memset(p, 0x5a, sizes[i]);
+      API(free)(p);
+    }
+  }
+}
+
 /* A block alone in its span (64 KiB multiples up to 1 MiB) grows into the
  * free slabs after it and shrinks by giving back its tail, without moving.
  * A buffer that realloc grows again past 64 KiB gets such a span, placed
@@ -924,6 +942,7 @@ int main(void) {
   RUN(test_trim_releases);
   RUN(test_trim_inside_spans);
   RUN(test_large_cache_resident);
+  RUN(test_zero_mode_large);
   RUN(test_large_cache_purged_calloc);
   RUN(test_large_aligned_reuse);
   RUN(test_calloc_untouched);
