@@ -39,6 +39,7 @@ void hk_os_unmap(void *p, size_t size);
 void hk_os_guard(void *p, size_t size);                /* PROT_NONE */
 bool hk_os_guard_light(void *p, size_t size);         /* a guard without a mapping of its own (false: none) */
 bool hk_os_has_guard_light(void);                     /* false once the kernel refused hk_os_guard_light */
+size_t hk_os_page_size(void);                          /* the kernel's */
 bool hk_os_unguard(void *p, size_t size);              /* back to read-write, contents kept */
 void hk_os_purge(void *p, size_t size);               /* MADV_DONTNEED */
 void *hk_os_remap(void *p, size_t old_size, size_t new_size, size_t align); /* NULL on failure */

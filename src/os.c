@@ -12,6 +12,7 @@ __thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -82,6 +83,10 @@ void hk_os_decommit(void *p, size_t size) {
   void *q = mmap(p, size, PROT_NONE, map_flags(PROT_NONE) | MAP_FIXED, -1, 0);
   if (q != p) hk_warning("mmap of a reserved range failed");
 }
+
+/* The kernel's page size (the auxiliary vector: no system call, no
+ * allocation). */
+size_t hk_os_page_size(void) { return (size_t)getauxval(AT_PAGESZ); }
 
 void hk_os_guard(void *p, size_t size) {
   if (mprotect(p, size, PROT_NONE) != 0) hk_warning("mprotect of a guard page failed");
