@@ -274,6 +274,19 @@ static HKT_UNUSED int hkt_large_cache(size_t size) {
          !(secure != NULL && atoi(secure) >= 2);
 }
 
+/* A block of the 4 KiB class (4000 bytes asked: with hardened mode's
+ * canary, still that class) at offset `at` of its 4 MiB region (the first
+ * of slab 1: 64 KiB; the last: 4 MiB - 4 KiB), from up to 16 MiB of them,
+ * which fill whole regions; NULL if none turned up. */
+static HKT_UNUSED char *hkt_block_at_region_offset(uintptr_t at) {
+  for (int i = 0; i < 4096; i++) {
+    char *p = (char *)API(malloc)(4000);
+    CHECK(p != NULL, "malloc failed");
+    if (((uintptr_t)p & (((uintptr_t)4 << 20) - 1)) == at) return p;
+  }
+  return NULL;
+}
+
 /* How many OS pages of [lo, hi) are resident (at most 64 pages). */
 static HKT_UNUSED size_t hkt_resident_pages(uintptr_t lo, uintptr_t hi) {
   uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);

@@ -40,17 +40,6 @@ static bool faults_at(volatile char *p) {
   return read_faults;
 }
 
-/* A 4000-byte block at offset `at` of its 4 MiB region, among the first
- * 4096 such blocks (16 MiB: a few regions). */
-static char *block_at_region_offset(uintptr_t at) {
-  for (int i = 0; i < 4096; i++) {
-    char *p = (char *)API(malloc)(4000);
-    CHECK(p != NULL, "malloc failed");
-    if (((uintptr_t)p & (4 * MiB - 1)) == at) return p;
-  }
-  return NULL;
-}
-
 int main(void) {
   const char *arena = getenv("HAKMEM_ARENA_MB");
   if (arena != NULL && atol(arena) < 1024) {
@@ -68,7 +57,7 @@ int main(void) {
   CHECK(sigaction(SIGSEGV, &sa, NULL) == 0, "sigaction: %s", strerror(errno));
   CHECK(sigaction(SIGBUS, &sa, NULL) == 0, "sigaction: %s", strerror(errno));
 
-  char *first = block_at_region_offset(64 * KiB);
+  char *first = hkt_block_at_region_offset(64 * KiB);
   CHECK(first != NULL, "no 4000-byte block at the start of a region's slab 1 in 16 MiB of them");
   CHECK(!faults_at(first) && !faults_at(first + 3999), "the block itself faults");
   for (size_t below = 1; below <= 8 * KiB; below += 4 * KiB - 1)

@@ -371,22 +371,10 @@ static void overflow_large_realloc(void) {
   *end = 4;
 }
 
-/* A block of the 4 KiB class (4000 bytes asked: with hardened mode's
- * canary, still that class) at offset `at` of its 4 MiB region (the first
- * of slab 1: 64 KiB; the last: 4 MiB - 4 KiB), from up to 16 MiB of them,
- * which fill whole regions; NULL if none turned up. */
-static char *block_at_region_offset(uintptr_t at) {
-  for (int i = 0; i < 4096; i++) {
-    char *p = (char *)API(malloc)(4000);
-    CHECK(p != NULL, "malloc failed");
-    if (((uintptr_t)p & (4 * MiB - 1)) == at) return p;
-  }
-  return NULL;
-}
 /* a write below the first block of a region, toward its header in slab 0,
  * lands on a guard page */
 static void underflow_region_start(void) {
-  char *p = block_at_region_offset(64 * KiB);
+  char *p = hkt_block_at_region_offset(64 * KiB);
   CHECK(p != NULL, "no 4 KiB block at the start of a region's slab 1 in 16 MiB of them");
   memset(hkt_opaque_ptr(p - 8 * KiB), 0x41, 8 * KiB);
 }
@@ -399,7 +387,7 @@ static void overflow_region_end(void) {
   const char *arena = getenv("HAKMEM_ARENA_MB");
   if (arena != NULL && atol(arena) < 1024) raise(SIGSEGV); /* (the outcome is not hakmem's to give: counted as expected) */
   size_t end = secure_level ? 4 * MiB - 64 * KiB : 4 * MiB;
-  char *p = block_at_region_offset(end - 4 * KiB);
+  char *p = hkt_block_at_region_offset(end - 4 * KiB);
   CHECK(p != NULL, "no 4 KiB block at the end of a region in 16 MiB of them");
   /* the next region made too: its slab 0 is then mapped, but for its header */
   uintptr_t next = ((uintptr_t)p & ~(uintptr_t)(4 * MiB - 1)) + 4 * MiB;
