@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
 CMAKE ?= cmake
 
-.PHONY: all build test test-release test-clang test-asan test-tsan test-debug test-install test-options test-aarch64 test-fuzz fuzz-coverage install clean
+.PHONY: all build test test-release test-clang test-asan test-tsan test-debug test-install test-options test-pages test-aarch64 test-fuzz fuzz-coverage install clean
 
 all: build
 
@@ -16,7 +16,7 @@ build:
 # C++, preload smoke tests), the same built with clang, the unit tests under
 # ASan+UBSan, the stress test under TSan, and an install/pkg-config/
 # find_package check.
-test: test-release test-clang test-asan test-tsan test-debug test-install test-options
+test: test-release test-clang test-asan test-tsan test-debug test-install test-options test-pages
 
 test-release: build
 	cd build && ctest --output-on-failure -j $(JOBS)
@@ -53,6 +53,19 @@ test-install: build
 # every option's non-default values over the test programs (tests/options_matrix.sh)
 test-options: build
 	sh tests/options_matrix.sh build
+
+# the suite in builds that act as a kernel with 16 KiB pages and one with
+# 64 KiB pages would (HAKMEM_SIMULATED_PAGE, src/os.c: a system call on a
+# range that starts inside such a page aborts), but rlimit_check, which
+# compares with the C library's malloc (not simulated), preload_smoke,
+# which the release suite runs, and limits_check, whose huge-page check is
+# the host's (such a kernel's huge pages are 32 or 512 MiB)
+test-pages:
+	for page in 16384 65536; do \
+	  $(CMAKE) -S . -B build-page$$page -DCMAKE_BUILD_TYPE=Release -DHAKMEM_SIMULATED_PAGE=$$page && \
+	  $(CMAKE) --build build-page$$page -j $(JOBS) && \
+	  (cd build-page$$page && ctest --output-on-failure -j $(JOBS) -E '^(rlimit_check.*|preload_smoke|limits_check)$$') || exit 1; \
+	done
 
 # the aarch64 build, cross-compiled without warnings, and the tests qemu's
 # user mode can run (tests/aarch64_qemu.sh; Debian: gcc-aarch64-linux-gnu

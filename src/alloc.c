@@ -319,15 +319,15 @@ HK_API void *hak_aligned_alloc(size_t align, size_t size) {
   }
   return hk_alloc_aligned(align, size, false);
 }
-HK_API void *hak_valloc(size_t size) { return hk_alloc_aligned(HK_OS_PAGE, size, false); }
+HK_API void *hak_valloc(size_t size) { return hk_alloc_aligned(hk_os_page, size, false); }
 
 HK_API void *hak_pvalloc(size_t size) {
-  if (size > SIZE_MAX - HK_OS_PAGE) {
+  if (size > SIZE_MAX - hk_os_page) {
     errno = ENOMEM;
     return NULL;
   }
-  size_t rounded = (size + HK_OS_PAGE - 1) & ~(size_t)(HK_OS_PAGE - 1);
-  return hk_alloc_aligned(HK_OS_PAGE, rounded ? rounded : HK_OS_PAGE, false);
+  size_t rounded = (size + hk_os_page - 1) & ~(size_t)(hk_os_page - 1);
+  return hk_alloc_aligned(hk_os_page, rounded ? rounded : hk_os_page, false);
 }
 
 HK_API int hak_malloc_trim(size_t pad) {

@@ -59,7 +59,7 @@ void hk_arena_init(void) {
     char *base = table + HK_PAGE_TABLE_BYTES;
     /* the table (zero: untouched entries take no memory), and slot 0's
      * header, which reads as zeros: the page of every unused table entry */
-    if (!hk_os_commit(table, HK_PAGE_TABLE_BYTES) || !hk_os_commit(base, HK_OS_PAGE)) {
+    if (!hk_os_commit(table, HK_PAGE_TABLE_BYTES) || !hk_os_commit(base, hk_os_page)) {
       hk_os_unmap(table, HK_PAGE_TABLE_BYTES + n * HK_REGION_SIZE);
       return;
     }
@@ -119,7 +119,7 @@ bool hk_arena_shrink(void) {
    * its base while that page is there) */
   static bool slot0_trimmed;
   if (hk_arena_slots != 0 && !slot0_trimmed) {
-    hk_os_unmap(hk_arena_base + HK_OS_PAGE, HK_REGION_SIZE - HK_OS_PAGE);
+    hk_os_unmap(hk_arena_base + hk_os_page, HK_REGION_SIZE - hk_os_page);
     slot0_trimmed = true;
     shrunk = true;
   }
@@ -155,7 +155,7 @@ bool hk_region_map_prepare(const void *base) {
   if (hk_load_relaxed(slot) == NULL) {
     _Atomic uint64_t *leaf = map_leaves_used < MAP_STATIC_LEAVES
                                  ? map_leaf_pool[map_leaves_used++]
-                                 : hk_os_map_aligned(MAP_LEAF_WORDS * sizeof(uint64_t), HK_OS_PAGE);
+                                 : hk_os_map_aligned(MAP_LEAF_WORDS * sizeof(uint64_t), hk_os_page);
     hk_store_release(slot, leaf);
   }
   hk_unlock(&arena_lock);

@@ -161,11 +161,14 @@ HK_INLINE uintptr_t hk_region_base(const void *p) { return (uintptr_t)p & ~HK_RE
 
 /* Where a region's header (hk_region) lies. A large mapping's, and a small
  * region's outside the arena, at its base. A small region in the arena
- * moves its header into slab 0 (which serves no page), 8 KiB times one
- * more than its slot number mod 6 from the base, and the rest of slab 0
+ * moves its header into slab 0 (which serves no page), hk_header_step
+ * times one more than its slot number mod hk_header_spots from the base
+ * (8 KiB and 6 spots with 4 KiB pages: types.h), and the rest of slab 0
  * stays inaccessible (region.c): no overflow off the end of the region
- * before, nor underflow off the start of slab 1, reaches the header
- * without faulting first. At the base of every region, the page
+ * before, nor underflow off the start of the region's blocks, reaches the
+ * header without faulting first. (With pages of 32 KiB or more the header
+ * stays at the base, and guard pages at the region's end, and with 64 KiB
+ * ones in slab 1, take that role: region.c.) At the base of every region, the page
  * records of all regions would share the same sets of the L2 and L3 (their
  * index bits stop below 4 MiB), and free(), which reads the record of the
  * freed block's page, would miss the cache on conflicts between regions.
@@ -184,7 +187,7 @@ HK_INLINE uintptr_t hk_region_header_offset(uintptr_t base) {
   if (HK_UNLIKELY(hk_load_relaxed(&hk_arena_shrunk)) &&
       (hk_load_relaxed(&hk_arena_holes[slot / 64]) >> (slot % 64)) & 1)
     return 0;
-  return (slot % HK_HEADER_SPOTS + 1) * sizeof(hk_region);
+  return (slot % hk_header_spots + 1) * hk_header_step;
 }
 HK_INLINE hk_region *hk_region_of(const void *p) {
   uintptr_t base = hk_region_base(p);

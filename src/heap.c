@@ -27,7 +27,7 @@ static hk_heap *heap_carve(void) {
     return h;
   }
   if (heap_chunk == NULL || heap_chunk + sizeof(hk_heap) > heap_chunk_end) {
-    heap_chunk = hk_os_map_aligned(HEAP_CHUNK_BYTES, HK_OS_PAGE);
+    heap_chunk = hk_os_map_aligned(HEAP_CHUNK_BYTES, hk_os_page);
     heap_chunk_end = heap_chunk ? heap_chunk + HEAP_CHUNK_BYTES : NULL;
     if (heap_chunk == NULL) return NULL;
   }

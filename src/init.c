@@ -34,15 +34,13 @@ void hk_init(void) {
     return;
   }
   initializing = 1;
-  /* hakmem's ranges are in pages of 4 KiB (HK_OS_PAGE): its guards, purges
-   * and commits of parts of a slab. A kernel whose pages are larger would
-   * act on a whole page where hakmem names a part of it (mmap and madvise
-   * round a length up to the page), and so zero or replace live blocks
-   * beside the range: hakmem refuses to run there rather than risk them
-   * (before its first mapping). */
-  if (hk_os_page_size() > HK_OS_PAGE)
-    hk_fatal("the system's memory pages are larger than 4 KiB, which hakmem does not support (its guard pages, "
-             "purges and commits are in 4 KiB pages)", NULL);
+  /* Every range hakmem maps, guards or purges is in whole pages of the
+   * kernel's (hk_os_page): read before the first mapping. A slab must hold
+   * whole pages (its spans are committed and purged whole). */
+  size_t page = hk_os_page_size();
+  if (page < HK_OS_PAGE_MIN || page > HK_OS_PAGE_MAX || (page & (page - 1)) != 0)
+    hk_fatal("the system's memory page size is not one hakmem supports (a power of two from 4 KiB to 64 KiB)", NULL);
+  hk_os_page = page;
   hk_sizeclass_init();
   check_size_classes();
   hk_options_init();

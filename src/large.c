@@ -28,7 +28,7 @@
 
 pthread_mutex_t hk_large_lock = HK_SPIN_MUTEX_INITIALIZER;
 
-#define LARGE_HEAD (HK_LARGE_HEADER + HK_GUARD) /* the header's page and the guard page */
+#define LARGE_HEAD (hk_os_page + hk_os_page) /* the header's page and the guard page */
 #define LARGE_META sizeof(hk_page) /* the header's bytes (the region record, slot 0): where unguarded data may start */
 
 /* The cache: up to CACHE_MAX entries (see cache_entries_limit), each a
@@ -202,7 +202,7 @@ static void cache_enforce_budget_locked(uint64_t now) {
     if (now < ent[i].at_ms + CACHE_HOT_MS) break;
     hk_region *old = ent[i].r;
     hk_os_purge((char *)old + data_page(old), old->cached_resident);
-    if (!hk_secure && !old->large_guarded) memset((char *)old + LARGE_META, 0, HK_OS_PAGE - LARGE_META); /* the header's page */
+    if (!hk_secure && !old->large_guarded) memset((char *)old + LARGE_META, 0, hk_os_page - LARGE_META); /* the header's page */
     cache.resident -= ent[i].resident;
     ent[i].resident = 0;
     old->cached_resident = 0;
@@ -240,7 +240,7 @@ hk_region *hk_large_find_detached(const void *p) {
   return found;
 }
 
-static size_t round_page(size_t n) { return (n + HK_OS_PAGE - 1) & ~(size_t)(HK_OS_PAGE - 1); }
+static size_t round_page(size_t n) { return (n + hk_os_page - 1) & ~(size_t)(hk_os_page - 1); }
 
 /* ---- tails of live blocks ----
  * A live block's mapping may hold resident pages past the block: a cached
@@ -529,7 +529,7 @@ bool hk_large_trim(bool force) {
  * for the same data base, the guard before it where it belongs. Blocks
  * move with hk_os_remap_headed, which keeps header, guard and data in place
  * relative to each other. */
-static size_t guard_tail(void) { return hk_secure ? HK_GUARD : 0; }
+static size_t guard_tail(void) { return hk_secure ? hk_os_page : 0; }
 
 /* Hardened mode: the first page a mapping's data may use, right after the
  * guard before it (cache entries are matched on it). */
@@ -572,16 +572,16 @@ static const char *canaries_broken(const hk_region *r) {
 
 static void place_guards(hk_region *r) {
   if (!hk_secure) return;
-  hk_os_guard((char *)r + data_base(r) - HK_GUARD, HK_GUARD);
-  hk_os_guard((char *)r + r->map_size - HK_GUARD, HK_GUARD);
-  r->block_end = r->map_size - HK_GUARD;
+  hk_os_guard((char *)r + data_base(r) - hk_os_page, hk_os_page);
+  hk_os_guard((char *)r + r->map_size - hk_os_page, hk_os_page);
+  r->block_end = r->map_size - hk_os_page;
 }
 
 /* Hardened mode, before a mapping grows: its data to its end made one
  * mapping again, as mremap needs (false if a guard could not be lifted). */
 static bool lift_tail_guards(hk_region *r) {
   if (!hk_os_unguard((char *)r + r->block_end, r->map_size - r->block_end)) return false;
-  r->block_end = r->map_size - HK_GUARD;
+  r->block_end = r->map_size - hk_os_page;
   return true;
 }
 
@@ -593,10 +593,10 @@ static bool lift_tail_guards(hk_region *r) {
  * The guard at the mapping's end stays. The pages keep their contents (no
  * page faults on reuse). False if a guard could not be lifted. */
 static bool move_tail_guard(hk_region *r, size_t end) {
-  size_t old = r->block_end, last = r->map_size - HK_GUARD;
+  size_t old = r->block_end, last = r->map_size - hk_os_page;
   if (old == end) return true;
   if (end > old && !hk_os_unguard((char *)r + old, end - old)) return false;
-  if (end < last) hk_os_guard((char *)r + end, HK_GUARD);
+  if (end < last) hk_os_guard((char *)r + end, hk_os_page);
   r->block_end = end;
   return true;
 }
@@ -611,11 +611,11 @@ static bool move_tail_guard(hk_region *r, size_t end) {
  * the last one started on, the guard at block_end lifted if it does not
  * fit below it. False if the guard could not be lifted. */
 static bool secure_place(hk_region *r, size_t need, bool colored, size_t *off) {
-  size_t base = data_base(r), data = need - HK_GUARD - base; /* the data's pages, its colour's room among them */
+  size_t base = data_base(r), data = need - hk_os_page - base; /* the data's pages, its colour's room among them */
   /* (the last block's fields: its end in its last page, or its colour's) */
-  bool last_at_guard = r->block_end - (r->user_offset + r->user_size) < 2 * HK_OS_PAGE;
+  bool last_at_guard = r->block_end - (r->user_offset + r->user_size) < 2 * hk_os_page;
   *off = base;
-  if (r->block_end - base < data) return move_tail_guard(r, r->map_size - HK_GUARD);
+  if (r->block_end - base < data) return move_tail_guard(r, r->map_size - hk_os_page);
   if (colored && r->large_floating && last_at_guard && r->block_end - data < HK_REGION_SIZE) *off = r->block_end - data;
   return true;
 }
@@ -624,15 +624,15 @@ static bool secure_place(hk_region *r, size_t need, bool colored, size_t *off) {
  * on mapped bytes), for a fresh or reused mapping. */
 static void set_head_guard(hk_region *r, bool on) {
   if (hk_secure || r->large_guarded == on) return;
-  if (on) hk_os_guard((char *)r + HK_LARGE_HEADER, HK_GUARD);
-  else if (!hk_os_commit((char *)r + HK_LARGE_HEADER, HK_GUARD)) return; /* (stays guarded) */
+  if (on) hk_os_guard((char *)r + hk_os_page, hk_os_page);
+  else if (!hk_os_commit((char *)r + hk_os_page, hk_os_page)) return; /* (stays guarded) */
   r->large_guarded = on;
 }
 
 /* A mapping grown or moved, its header (and guard) with it. */
 static hk_region *remap_large(hk_region *r, size_t old, size_t want) {
   if (!r->large_guarded && !hk_secure) return hk_os_remap(r, old, want, HK_REGION_SIZE);
-  return hk_os_remap_headed(r, old, want, HK_REGION_SIZE, LARGE_HEAD, HK_LARGE_HEADER);
+  return hk_os_remap_headed(r, old, want, HK_REGION_SIZE, LARGE_HEAD, hk_os_page);
 }
 
 /* A fresh mapping for a large block, its header filled in; NULL when out of
@@ -752,7 +752,7 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size, 
     resident = r->cached_resident != 0;
     old = r->map_size;
     bool tight = hk_load_relaxed(&hk_space_tight);
-    if (!grow && r->map_size - want >= (tight ? HK_OS_PAGE : TRIM_MIN) && r->map_size > want)
+    if (!grow && r->map_size - want >= (tight ? hk_os_page : TRIM_MIN) && r->map_size > want)
       trim = tight || held_over_budget_locked(recent, 2);
     if (!grow && !trim && resident && !hk_secure && r->map_size - need >= TAIL_MIN) {
       r->block_end = need;
@@ -785,8 +785,8 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size, 
     hk_stat_add(large_remaps, 1);
     n->map_size = want;
     if (hk_secure) { /* the guard at the new end */
-      hk_os_guard((char *)n + want - HK_GUARD, HK_GUARD);
-      n->block_end = want - HK_GUARD;
+      hk_os_guard((char *)n + want - hk_os_page, hk_os_page);
+      n->block_end = want - hk_os_page;
     }
     hk_stat_peak(&hk_stats.large_peak_bytes,
                  hk_add_relaxed(&hk_stats.large_mapped_bytes, want - old) + want - old);
@@ -796,8 +796,8 @@ static hk_region *cache_take(size_t need, size_t want, size_t off, size_t size, 
     hk_sub_relaxed(&hk_stats.large_mapped_bytes, old - want);
     r->map_size = want;
     if (hk_secure) { /* the guard at the new end (the one after the last block may stay) */
-      hk_os_guard((char *)r + want - HK_GUARD, HK_GUARD);
-      if (r->block_end > want - HK_GUARD) r->block_end = want - HK_GUARD;
+      hk_os_guard((char *)r + want - hk_os_page, hk_os_page);
+      if (r->block_end > want - hk_os_page) r->block_end = want - hk_os_page;
     }
   }
   return r;
@@ -822,7 +822,7 @@ static size_t data_offset(size_t align) {
  * the header's, the rest of which is cleared instead when the purge
  * promises zeros (see large_zero). */
 static size_t data_page(const hk_region *r) {
-  return hk_secure ? data_base(r) : r->large_guarded ? LARGE_HEAD : HK_OS_PAGE;
+  return hk_secure ? data_base(r) : r->large_guarded ? LARGE_HEAD : hk_os_page;
 }
 
 void *hk_large_alloc(size_t size, size_t align, bool zero) {
@@ -836,7 +836,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
   size_t off = guarded || hk_secure ? data_offset(align) : align > LARGE_META ? align : LARGE_META;
   /* the mapping's size does not depend on the colour: a cached one fits any */
   bool colored = align <= 64 && (guarded || hk_secure);
-  size_t span = colored ? LARGE_HEAD + HK_OS_PAGE - 64 : off; /* the largest coloured offset */
+  size_t span = colored ? LARGE_HEAD + (HK_COLORS - 1) * 64 : off; /* the largest coloured offset (hk_color_offset) */
   size_t base = colored ? LARGE_HEAD : off; /* (hardened mode: the data's first page) */
   size_t need = round_page(span + (size ? size : 1)) + guard_tail(); /* a 0-byte block still owns a byte */
   bool detach = align >= HK_REGION_SIZE;
@@ -851,7 +851,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
    * colour in the page its data starts in) */
   size_t color = off - base;
   if (r != NULL && colored && r->user_offset >= LARGE_HEAD && r->user_offset <= span) off = r->user_offset;
-  if (r != NULL && colored && hk_secure) color = r->user_offset & (HK_OS_PAGE - 1);
+  if (r != NULL && colored && hk_secure) color = r->user_offset & (hk_os_page - 1);
   if (r != NULL) set_head_guard(r, guarded);
   if (r != NULL && hk_secure) {
     size_t start;
@@ -872,7 +872,7 @@ void *hk_large_alloc(size_t size, size_t align, bool zero) {
     r->user_offset = off;
     r->large_floating = hk_secure && base == LARGE_HEAD;
     place_guards(r); /* once per mapping: a cached one keeps them */
-    if (hk_secure) move_tail_guard(r, need - HK_GUARD); /* (nothing to lift: cannot fail) */
+    if (hk_secure) move_tail_guard(r, need - hk_os_page); /* (nothing to lift: cannot fail) */
     set_head_guard(r, guarded);
     if (detach) {
       r->large_detached = 1;
@@ -989,14 +989,14 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   const char *broken = canaries_broken(r);
   if (broken != NULL) hk_fatal(broken, p);
   size_t old = r->map_size;
-  if (need + HK_GUARD <= old) {
+  if (need + hk_os_page <= old) {
     if (need > r->block_end && !move_tail_guard(r, need)) return NULL;
     resize_asked(r, size, true);
     canaries_mark(r);
     return p;
   }
   if (!r->large_floating) return NULL; /* (see cache_take) */
-  size_t want = need + HK_GUARD;
+  size_t want = need + hk_os_page;
   if (!hk_limit_allows(want - old)) return NULL; /* (a memory limit: the caller's copy fails too) */
   hk_region_unregister(r); /* (see hk_large_realloc) */
   hk_heap *heap = heap_leave(r);
@@ -1005,15 +1005,15 @@ static void *secure_realloc(hk_region *r, void *p, size_t size, size_t need) {
   hk_region_register(n != NULL ? n : r);
   heap_rejoin(n != NULL ? n : r, heap);
   if (n == NULL) { /* still at r: its guards back (and so where its canary is) */
-    if (end < old - HK_GUARD) hk_os_guard((char *)r + end, HK_GUARD);
-    hk_os_guard((char *)r + old - HK_GUARD, HK_GUARD);
+    if (end < old - hk_os_page) hk_os_guard((char *)r + end, hk_os_page);
+    hk_os_guard((char *)r + old - hk_os_page, hk_os_page);
     r->block_end = end;
     return NULL;
   }
-  hk_os_guard((char *)n + want - HK_GUARD, HK_GUARD);
+  hk_os_guard((char *)n + want - hk_os_page, hk_os_page);
   hk_stat_add(large_remaps, 1);
   n->map_size = want;
-  n->block_end = want - HK_GUARD;
+  n->block_end = want - hk_os_page;
   resize_asked(n, size, true);
   canaries_mark(n);
   hk_stat_peak(&hk_stats.large_peak_bytes,
@@ -1033,7 +1033,7 @@ bool hk_large_resize_in_pages(hk_region *r, void *p, size_t size) {
   if (hk_secure || r->large_state != HK_LARGE_LIVE || (char *)p != (char *)r + r->user_offset || r->large_sampled)
     return false;
   size_t usable = r->block_end - r->user_offset;
-  if (size > usable || size <= usable - HK_OS_PAGE || size < usable / 2) return false;
+  if (size > usable || size <= usable - hk_os_page || size < usable / 2) return false;
   hk_heap *t = r->large_thread;
   if (t != NULL && t != hk_tls_heap) return false;
   resize_asked(r, size, false);

@@ -24,8 +24,8 @@ HK_INLINE uintptr_t purged_mark(const hk_page *page, const hk_block *b) {
 /* Give back a freed block's memory but its first OS page's (its first two
  * words hold a list's link and a mark); the bytes given back. */
 uint64_t hk_block_purge_inside(void *b, uint32_t bs) {
-  uintptr_t lo = ((uintptr_t)b + 2 * sizeof(uintptr_t) + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
-  uintptr_t hi = ((uintptr_t)b + bs) & ~(uintptr_t)(HK_OS_PAGE - 1);
+  uintptr_t lo = ((uintptr_t)b + 2 * sizeof(uintptr_t) + hk_os_page - 1) & ~(uintptr_t)(hk_os_page - 1);
+  uintptr_t hi = ((uintptr_t)b + bs) & ~(uintptr_t)(hk_os_page - 1);
   if (hi <= lo) return 0;
   hk_os_purge((void *)lo, hi - lo);
   return hi - lo;
@@ -132,8 +132,8 @@ static void lend_free_slabs(hk_page *p) {
     } else if (!lent1) {
       lo = second;
     }
-    lo = (lo + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
-    hi &= ~(uintptr_t)(HK_OS_PAGE - 1);
+    lo = (lo + hk_os_page - 1) & ~(uintptr_t)(hk_os_page - 1);
+    hi &= ~(uintptr_t)(hk_os_page - 1);
     if (hi > lo) hk_os_purge((void *)lo, hi - lo);
   }
   hk_block *list = (hk_block *)hk_region_base(p); /* the empty list */
@@ -201,7 +201,7 @@ bool hk_page_trim_tail(hk_page *p) {
   if (!p->untrimmed) return false;
   p->untrimmed = 0;
   uintptr_t end = hk_page_span_start(p) + hk_page_span_bytes(p);
-  uintptr_t from = (p->start + hk_page_area(p) + HK_OS_PAGE - 1) & ~(uintptr_t)(HK_OS_PAGE - 1);
+  uintptr_t from = (p->start + hk_page_area(p) + hk_os_page - 1) & ~(uintptr_t)(hk_os_page - 1);
   if (end <= from) return false;
   hk_os_purge((void *)from, end - from);
   return true;

@@ -9,6 +9,7 @@ __thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -21,6 +22,67 @@ __thread bool hk_fork_holder __attribute__((tls_model("initial-exec")));
 
 #ifndef MAP_NORESERVE
 #define MAP_NORESERVE 0
+#endif
+
+size_t hk_os_page = HK_OS_PAGE_MIN; /* (hk_init sets the kernel's) */
+
+#ifdef HAKMEM_SIMULATED_PAGE
+/* A test build (tests/CMakeLists.txt) that acts as a kernel with pages of
+ * HAKMEM_SIMULATED_PAGE bytes would: each memory system call below goes
+ * through these, which refuse a range that starts inside such a page
+ * (the kernel's EINVAL, made fatal here so that no caller can ignore it)
+ * and apply the call to whole pages, rounding the length up as the kernel
+ * does; mappings the kernel places start on such a page. The tests then
+ * find any live block that a guard, purge or commit reaches. */
+#define SIM_PAGE ((uintptr_t)HAKMEM_SIMULATED_PAGE)
+static void sim_check(const void *p, const char *call) {
+  if (((uintptr_t)p & (SIM_PAGE - 1)) == 0) return;
+  static const char msg[] = "hakmem: simulated pages: a range that starts inside a page, in ";
+  hk_os_write_stderr(msg, sizeof msg - 1);
+  hk_os_write_stderr(call, strlen(call));
+  hk_os_write_stderr("\n", 1);
+  abort();
+}
+static size_t sim_len(size_t n) { return n > SIZE_MAX - SIM_PAGE ? n : (n + SIM_PAGE - 1) & ~(SIM_PAGE - 1); }
+static void *sim_mmap(void *hint, size_t size, int prot, int flags) {
+  if (flags & MAP_FIXED) {
+    sim_check(hint, "mmap");
+    return mmap(hint, sim_len(size), prot, flags, -1, 0);
+  }
+  size_t len = sim_len(size);
+  if (len > SIZE_MAX - SIM_PAGE) return MAP_FAILED;
+  if (hint != NULL && ((uintptr_t)hint & (SIM_PAGE - 1)) == 0) {
+    char *q = mmap(hint, len, prot, flags, -1, 0);
+    if (q == MAP_FAILED || ((uintptr_t)q & (SIM_PAGE - 1)) == 0) return q;
+    munmap(q, len);
+  }
+  char *q = mmap(NULL, len + SIM_PAGE, prot, flags, -1, 0);
+  if (q == MAP_FAILED) return q;
+  char *a = (char *)(((uintptr_t)q + SIM_PAGE - 1) & ~(SIM_PAGE - 1));
+  if (a > q) munmap(q, (size_t)(a - q));
+  munmap(a + len, SIM_PAGE - (size_t)(a - q));
+  return a;
+}
+static int sim_munmap(void *p, size_t n) { sim_check(p, "munmap"); return munmap(p, sim_len(n)); }
+static int sim_mprotect(void *p, size_t n, int prot) { sim_check(p, "mprotect"); return mprotect(p, sim_len(n), prot); }
+static int sim_madvise(void *p, size_t n, int advice) { sim_check(p, "madvise"); return madvise(p, sim_len(n), advice); }
+static void *sim_mremap(void *p, size_t old_size, size_t new_size, int flags, ...) {
+  sim_check(p, "mremap");
+  void *to = NULL;
+  if (flags & MREMAP_FIXED) {
+    va_list ap;
+    va_start(ap, flags);
+    to = va_arg(ap, void *);
+    va_end(ap);
+    sim_check(to, "mremap");
+  }
+  return mremap(p, sim_len(old_size), sim_len(new_size), flags, to);
+}
+#define mmap(hint, size, prot, flags, fd, off) sim_mmap(hint, size, prot, flags)
+#define munmap sim_munmap
+#define mprotect sim_mprotect
+#define madvise sim_madvise
+#define mremap sim_mremap
 #endif
 
 /* Writable mappings are charged against the commit limit as glibc's are:
@@ -57,7 +119,10 @@ static void *map_aligned_exact(size_t size, size_t align, int prot) {
 }
 
 static void *map_aligned(size_t size, size_t align, int prot) {
-  if (size > SIZE_MAX - align) return NULL;
+  /* (whole pages: the trim below must start on one) */
+  if (align < hk_os_page) align = hk_os_page;
+  if (size > SIZE_MAX - 2 * align) return NULL;
+  size = hk_page_up(size);
   size_t over = size + align;
   char *q = map_raw(NULL, over, prot);
   if (q == NULL) return errno == ENOMEM ? map_aligned_exact(size, align, prot) : NULL;
@@ -86,10 +151,15 @@ void hk_os_decommit(void *p, size_t size) {
 
 /* The kernel's page size (the auxiliary vector: no system call, no
  * allocation). */
+#ifdef HAKMEM_SIMULATED_PAGE
+size_t hk_os_page_size(void) { return SIM_PAGE; }
+#else
 size_t hk_os_page_size(void) { return (size_t)getauxval(AT_PAGESZ); }
+#endif
 
+/* A guard of no pages (slab 0 with pages of 32 KiB or more) is none. */
 void hk_os_guard(void *p, size_t size) {
-  if (mprotect(p, size, PROT_NONE) != 0) hk_warning("mprotect of a guard page failed");
+  if (size != 0 && mprotect(p, size, PROT_NONE) != 0) hk_warning("mprotect of a guard page failed");
 }
 
 #ifndef MADV_GUARD_INSTALL
@@ -113,6 +183,7 @@ bool hk_os_has_guard_light(void) { return hk_load_relaxed(&guards_light_state) >
 bool hk_os_guard_light(void *p, size_t size) {
   int state = hk_load_relaxed(&guards_light_state);
   if (state < 0) return false;
+  if (size == 0) return true;
   int saved = errno;
   bool ok = madvise(p, size, MADV_GUARD_INSTALL) == 0;
   if (!ok && errno == EINVAL) {

@@ -3,8 +3,8 @@
  * The owner thread pops and pushes `page->free` with plain loads and stores.
  * Other threads push freed blocks onto `page->remote` with one CAS (remote.c); the
  * owner takes the whole remote stack with another CAS when it runs dry
- * (hk_page_collect). Blocks are carved lazily, 4 KiB (one OS page) at a
- * time, or one block where blocks are larger, so a page only commits the
+ * (hk_page_collect). Blocks are carved lazily, 4 KiB (an OS page, or part
+ * of one) at a time, or one block where blocks are larger, so a page only commits the
  * memory it has handed out. */
 #include "internal.h"
 #include "secure.h"

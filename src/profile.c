@@ -827,7 +827,7 @@ static void write_frame_json(out *o, uintptr_t pc, bool names) {
  * frames with their object, offset and (exported) function name. */
 static void write_json(int fd, const live_tally *t, bool names, uint64_t uptime_ms) {
   out o = {.fd = fd};
-  names_seen = names ? hk_os_map_aligned(NAME_SLOTS * sizeof(name_slot), HK_OS_PAGE) : NULL;
+  names_seen = names ? hk_os_map_aligned(NAME_SLOTS * sizeof(name_slot), hk_os_page) : NULL;
   names_held = 0;
   double lb = 0, lc = 0, ab = 0, ac = 0;
   for (uint32_t i = 0; i <= STACKS_MAX; i = next_stack(i)) lb += t[i].est_bytes, lc += t[i].est_count;

@@ -27,9 +27,15 @@ static unsigned run_around(hk_slabmask free, unsigned i) {
   return end - start;
 }
 
-/* Slabs 1..63 serve pages. In hardened mode slab 63 is left out: its last
- * 4 KiB is the guard page between this region and the next. */
-#define ALL_SLABS (hk_secure ? slab_bits(1, HK_SLABS - 2) : slab_bits(1, HK_SLABS - 1))
+/* The slabs that serve pages: 1..63, less slab 63 where the region ends
+ * with a guard page (end_guard: hardened mode, and pages too large for
+ * guards in slab 0), and less slab 1 where it is the guard below the first
+ * blocks (pages of 64 KiB, which leave slab 0 to the header). Set by
+ * hk_region_init. */
+static hk_slabmask all_slabs;
+static unsigned first_slab = 1;
+static bool end_guard;
+#define ALL_SLABS all_slabs
 
 /* What the span search reads of each small region, kept apart from the
  * region (hk_region.info) in one array: the headers sit at 4 MiB
@@ -137,7 +143,19 @@ static bool list_try(region_list *l) {
  * CPUs it gets (a container's CPU quota), and for the tests. */
 static unsigned list_count = HK_REGION_LISTS_MIN;
 
+unsigned hk_header_spots = 1;
+uintptr_t hk_header_step;
+
 void hk_region_init(void) {
+  /* a header's page, and a page on either side of it in slab 0 */
+  uintptr_t step = hk_os_page > sizeof(hk_region) ? hk_os_page : sizeof(hk_region);
+  if (HK_SLAB_SIZE / step > 2) {
+    hk_header_step = step;
+    hk_header_spots = (unsigned)(HK_SLAB_SIZE / step - 2);
+  }
+  end_guard = hk_secure || hk_header_step == 0;
+  first_slab = hk_os_page >= HK_SLAB_SIZE ? 2 : 1;
+  all_slabs = slab_bits(first_slab, HK_SLABS - first_slab - end_guard);
   unsigned cpus = hk_os_cpu_count();
   list_count = cpus < HK_REGION_LISTS_MIN ? HK_REGION_LISTS_MIN : cpus > HK_REGION_LISTS_MAX ? HK_REGION_LISTS_MAX : cpus;
   if (hk_opt.region_lists > 0) list_count = (unsigned)hk_opt.region_lists;
@@ -190,7 +208,7 @@ static hk_region_info *info_take(void) {
     info_free = info->next;
   } else if (info_used < (size_t)INFO_CHUNK * INFO_CHUNKS) {
     hk_region_info **chunk = &info_chunks[info_used / INFO_CHUNK];
-    if (*chunk == NULL) *chunk = hk_os_map_aligned(INFO_CHUNK * sizeof(hk_region_info), HK_OS_PAGE);
+    if (*chunk == NULL) *chunk = hk_os_map_aligned(INFO_CHUNK * sizeof(hk_region_info), hk_os_page);
     if (*chunk != NULL) {
       info = info_at(info_used);
       info->index = (uint32_t)info_used++;
@@ -208,10 +226,11 @@ static void info_give(hk_region_info *info) {
   hk_unlock(&info_lock);
 }
 
-/* Commit an arena slot for a region: its header (hk_region_of) and slabs
- * 1-63. The rest of slab 0, at least 8 KiB on either side of the header,
- * is a guard between the header and the blocks of this region and of the
- * region before. Where the kernel has guards without mappings of their own
+/* Commit an arena slot for a region: its header's page (hk_region_of) and
+ * slabs 1-63. The rest of slab 0, a page at least on either side of the
+ * header's (where slab 0 has room: pages of 16 KiB or less), is a guard
+ * between the header and the blocks of this region and of the region
+ * before. Where the kernel has guards without mappings of their own
  * (hk_os_guard_light), the slot is committed whole and its mapping merges
  * with its neighbours': the regions of a heap of 64 GiB stay within the
  * kernel's limit on mappings (vm.max_map_count, 65,530), and a fork copies
@@ -219,14 +238,15 @@ static void info_give(hk_region_info *info) {
  * each region takes four mappings; when the limit refuses them, the slot
  * is committed whole, without the guards. */
 static bool commit_slot(hk_region *slot) {
-  char *r = (char *)slot, *header = r + hk_region_header_offset((uintptr_t)r), *after = header + sizeof(hk_region);
+  size_t header_pages = hk_page_up(sizeof(hk_region));
+  char *r = (char *)slot, *header = r + hk_region_header_offset((uintptr_t)r), *after = header + header_pages;
   /* (a kernel known to refuse them takes the pieces at once: no mapping made and undone) */
   if (hk_os_has_guard_light() && hk_os_commit(r, HK_REGION_SIZE)) {
     if (hk_os_guard_light(r, (size_t)(header - r)) && hk_os_guard_light(after, (size_t)(r + HK_SLAB_SIZE - after)))
       return true;
     hk_os_decommit(r, HK_SLAB_SIZE); /* (slab 0 reserved again, as below) */
   }
-  if (hk_os_commit(header, sizeof(hk_region)) && hk_os_commit(r + HK_SLAB_SIZE, HK_REGION_SIZE - HK_SLAB_SIZE))
+  if (hk_os_commit(header, header_pages) && hk_os_commit(r + HK_SLAB_SIZE, HK_REGION_SIZE - HK_SLAB_SIZE))
     return true;
   return hk_os_commit(r, HK_REGION_SIZE);
 }
@@ -243,15 +263,15 @@ static hk_region_info *region_new(region_list *l) {
   hk_region *r = slot;
   if (r != NULL && !commit_slot(r)) r = NULL;
   if (r == NULL && (r = hk_os_map_aligned(HK_REGION_SIZE, HK_REGION_SIZE)) != NULL &&
-      !hk_os_guard_light((char *)r + sizeof(hk_region), HK_SLAB_SIZE - sizeof(hk_region)))
-    hk_os_guard((char *)r + sizeof(hk_region), HK_SLAB_SIZE - sizeof(hk_region)); /* slab 0 after the header */
+      !hk_os_guard_light((char *)r + hk_page_up(sizeof(hk_region)), HK_SLAB_SIZE - hk_page_up(sizeof(hk_region))))
+    hk_os_guard((char *)r + hk_page_up(sizeof(hk_region)), HK_SLAB_SIZE - hk_page_up(sizeof(hk_region))); /* slab 0 after the header */
   if (r != NULL && !hk_region_map_prepare(r)) { /* beyond the ownership map, or no memory for it */
     hk_os_unmap(r, HK_REGION_SIZE);
     r = NULL;
   }
   /* hardened mode's block map (secure.h), apart from the region: no write
    * through a pointer into the region reaches it */
-  void *block_map = r != NULL && hk_secure ? hk_os_map_aligned(HK_BLOCK_MAP_BYTES, HK_OS_PAGE) : NULL;
+  void *block_map = r != NULL && hk_secure ? hk_os_map_aligned(HK_BLOCK_MAP_BYTES, hk_os_page) : NULL;
   if (r != NULL && hk_secure && block_map == NULL) {
     if (r == slot) hk_os_decommit(r, HK_REGION_SIZE);
     else hk_os_unmap(r, HK_REGION_SIZE);
@@ -264,12 +284,17 @@ static hk_region_info *region_new(region_list *l) {
       return NULL;
     }
   }
-  /* (catches overflows into the next region) */
-  if (hk_secure && !hk_os_guard_light((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD))
-    hk_os_guard((char *)r + HK_REGION_SIZE - HK_GUARD, HK_GUARD);
-  /* (huge pages: slabs 1-63, of which the upper 2 MiB can be one) */
+  /* (catches overflows into the next region, and underflows into this
+   * one's header where slab 0 has no room for a guard) */
+  if (end_guard && !hk_os_guard_light((char *)r + HK_REGION_SIZE - hk_os_page, hk_os_page))
+    hk_os_guard((char *)r + HK_REGION_SIZE - hk_os_page, hk_os_page);
+  if (first_slab > 1 && !hk_os_guard_light((char *)r + HK_SLAB_SIZE, HK_SLAB_SIZE))
+    hk_os_guard((char *)r + HK_SLAB_SIZE, HK_SLAB_SIZE);
+  /* (huge pages: the slabs that serve pages, of which the upper 2 MiB can be one) */
   int thp = hk_thp_advice(HK_REGION_SIZE, true);
-  if (thp != 0) hk_os_huge((char *)r + HK_SLAB_SIZE, HK_REGION_SIZE - HK_SLAB_SIZE - (hk_secure ? HK_GUARD : 0), thp > 0);
+  if (thp != 0)
+    hk_os_huge((char *)r + first_slab * HK_SLAB_SIZE,
+               HK_REGION_SIZE - first_slab * HK_SLAB_SIZE - (end_guard ? hk_os_page : 0), thp > 0);
   r = hk_region_of(r); /* in the arena, the header moves into slab 0 */
   r->magic = HK_MAGIC_REGION;
   r->kind = HK_KIND_SMALL;
@@ -281,7 +306,7 @@ static hk_region_info *region_new(region_list *l) {
   __atomic_store_n(&info->list, l, __ATOMIC_RELAXED);
   info->r = r;
   info->free_mask = ALL_SLABS;
-  info->max_run = run_around(ALL_SLABS, 1);
+  info->max_run = run_around(ALL_SLABS, first_slab);
   info->fresh = ALL_SLABS;
   list_push_front(info);
   hk_region_register(r);

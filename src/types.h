@@ -11,7 +11,7 @@
  *     slabs in use are touched)
  *
  *   large block (> 1 MiB, or alignment > 64 KiB): its own 4 MiB-aligned
- *   mapping, header in the first 4 KiB, user data after it.
+ *   mapping, header in its first page (hk_os_page), user data after it.
  *
  * free() finds a block's page in the page table of the arena, the address
  * space reservation small regions come from; a bitmap with one bit per
@@ -61,9 +61,17 @@ _Static_assert(HK_SLABS <= 64, "a region's slabs fit in a mask");
 #define HK_REGION_LISTS_MIN 8            /* region lists of a lock each: one per CPU the process */
 #define HK_REGION_LISTS_MAX 64           /* may run on, within these bounds (region.c) */
 #define HK_MAX_SPAN_SLABS 16             /* largest page: 1 MiB */
-#define HK_OS_PAGE 4096
 #define HK_HUGE_PAGE ((uintptr_t)2 << 20) /* a transparent huge page (x86-64, aarch64 with 4 KiB pages) */
-#define HK_LARGE_HEADER 4096             /* bytes before a large block's data */
+/* The kernel's page: 4 KiB, or 16 or 64 KiB on some aarch64 kernels (read
+ * by hk_init before the first mapping, os.c). Every guard, purge, commit
+ * and mapping is in whole pages of it: a kernel rounds a length up to its
+ * page, and would zero or protect live blocks beside a range that ends
+ * inside one. A large block's header and its guard take a page each. */
+#define HK_OS_PAGE_MIN 4096
+#define HK_OS_PAGE_MAX HK_SLAB_SIZE
+extern size_t hk_os_page;
+HK_INLINE size_t hk_page_up(size_t n) { return (n + hk_os_page - 1) & ~(hk_os_page - 1); }
+HK_INLINE size_t hk_page_down(size_t n) { return n & ~(hk_os_page - 1); }
 #define HK_SPARE_MAX ((uint32_t)16 << 20)  /* empty spans a heap keeps for reuse (spares.c) */
 #define HK_SPARE_BYTES ((uint32_t)2 << 20) /* ... of which it keeps after a purge delay or a growth purge */
 #define HK_SPARE_GROWN_MAX ((uint32_t)48 << 20) /* the spare budget's growth at most (queue.c) */
@@ -271,16 +279,20 @@ typedef struct hk_region {
   };
 } hk_region;
 
-_Static_assert(sizeof(hk_page) <= HK_LARGE_HEADER, "a large block's header (slot 0) must fit in its 4 KiB");
+_Static_assert(sizeof(hk_page) <= HK_OS_PAGE_MIN, "a large block's header (slot 0) must fit in its first page");
 _Static_assert(offsetof(hk_region, heap_prev) + 8 <= sizeof(hk_page), "region fields fit in slot 0");
 
 /* ---- the arena, its page table and the ownership map (arena.c) ---- */
 #define HK_ARENA_SLABS ((uintptr_t)1 << 20)        /* slabs in the arena: 64 GiB */
 #define HK_PAGE_TABLE_BYTES (HK_ARENA_SLABS * sizeof(uintptr_t))
 #define HK_ARENA_REGIONS (HK_ARENA_SLABS >> (HK_REGION_SHIFT - HK_SLAB_SHIFT))
-#define HK_HEADER_SPOTS 6u                         /* where an arena region's header may lie (hk_region_of) */
-_Static_assert(sizeof(hk_region) == 8192 && (HK_HEADER_SPOTS + 2) * sizeof(hk_region) <= HK_SLAB_SIZE,
-               "a moved header stays in slab 0, 8 KiB from either end (hk_region_of)");
+/* Where an arena region's header may lie in slab 0 (hk_region_of): at one
+ * of hk_header_spots offsets, hk_header_step apart from the first, each
+ * leaving a page (8 KiB at least) on either side for guards: six with 4 KiB
+ * pages, two with 16 KiB ones, and with larger pages only offset 0. */
+extern unsigned hk_header_spots;
+extern uintptr_t hk_header_step;
+_Static_assert(sizeof(hk_region) == 8192 && 8 * sizeof(hk_region) == HK_SLAB_SIZE, "slab 0 holds 8 headers' room");
 /* The ownership map's leaves: 2^HK_MAP_LEAF_SHIFT bits (32 KiB, 1 TiB of
  * address space) each, made when a mapping first lands in their range. */
 #define HK_MAP_LEAF_SHIFT 18
@@ -459,7 +471,6 @@ enum { HK_HEAP_THREAD = 0, HK_HEAP_SAMPLES = 1, HK_HEAP_USER = 2, HK_HEAP_DESTRO
 #define HK_SECURE_CARVE 16        /* hardened mode carves at least this many blocks at a time */
 #define HK_BLOCK_MAP_WORDS (HK_REGION_SIZE / 16 / 64) /* one bit per 16 bytes of a region */
 #define HK_BLOCK_MAP_BYTES (2 * HK_BLOCK_MAP_WORDS * 8) /* two maps (secure.h) */
-#define HK_GUARD 4096             /* a PROT_NONE page */
 
 /* ---- options (options.c) ---- */
 /* Numbers: atomic, as hak_option_set may change some while other threads

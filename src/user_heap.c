@@ -288,8 +288,8 @@ static bool visit_large(hk_heap *h, visitor_fn visitor, void *arg, int *r) {
   void *few[64], **list = few;
   size_t n = hk_large_heap_blocks(h, NULL, 0), bytes = 0;
   if (n > 64) {
-    bytes = (n * sizeof(void *) + HK_OS_PAGE - 1) & ~(size_t)(HK_OS_PAGE - 1);
-    list = hk_os_map_aligned(bytes, HK_OS_PAGE);
+    bytes = (n * sizeof(void *) + hk_os_page - 1) & ~(size_t)(hk_os_page - 1);
+    list = hk_os_map_aligned(bytes, hk_os_page);
     if (list == NULL) return false;
   }
   n = hk_large_heap_blocks(h, list, n); /* (no more than before: new ones need the heap's lock) */

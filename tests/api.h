@@ -287,6 +287,28 @@ static HKT_UNUSED char *hkt_block_at_region_offset(uintptr_t at) {
   return NULL;
 }
 
+/* The kernel's page size as hakmem sees it: a simulated-page build's
+ * (HAKMEM_SIMULATED_PAGE, src/os.c), or the kernel's. */
+static HKT_UNUSED size_t hkt_page(void) {
+#ifdef HAKMEM_SIMULATED_PAGE
+  return HAKMEM_SIMULATED_PAGE;
+#else
+  return (size_t)sysconf(_SC_PAGESIZE);
+#endif
+}
+
+/* Where a 4 MiB region's blocks may lie (src/region.c, the slabs that
+ * serve pages): from slab 1, or from slab 2 where pages of 64 KiB leave
+ * slab 0 to the header and slab 1 is the guard below the blocks; to the
+ * region's end, or to slab 63's start where slab 63 holds the guard at the
+ * end (hardened mode, and pages of 32 KiB or more). */
+static HKT_UNUSED size_t hkt_region_blocks_start(void) {
+  return hkt_page() >= ((size_t)64 << 10) ? (size_t)128 << 10 : (size_t)64 << 10;
+}
+static HKT_UNUSED size_t hkt_region_blocks_end(int hardened) {
+  return hardened || hkt_page() >= ((size_t)32 << 10) ? ((size_t)4 << 20) - ((size_t)64 << 10) : (size_t)4 << 20;
+}
+
 /* How many OS pages of [lo, hi) are resident (at most 64 pages). */
 static HKT_UNUSED size_t hkt_resident_pages(uintptr_t lo, uintptr_t hi) {
   uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);

@@ -478,6 +478,12 @@ static void test_large_cache_purged_calloc(void) {
  * zero, contents kept). */
 static void test_trim_inside_spans(void) {
   enum { N = 2048 };
+  if (hkt_page() >= 64 * KiB) {
+    /* (a 48 KiB block holds no whole page of 64 KiB but the one its link
+     * is in: nothing of it goes back while its neighbours live) */
+    printf(" [skipped: pages of %zu KiB]", hkt_page() / KiB);
+    return;
+  }
   static blk bs[N];
   size_t total = 0;
   for (int i = 0; i < N; i++) {

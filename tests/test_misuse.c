@@ -334,7 +334,8 @@ static void overflow_large_guard(void) {
   size_t n = 4 * MiB;
   char *p = (char *)API(malloc)(n);
   CHECK(p != NULL, "malloc failed");
-  for (volatile char *q = hkt_opaque_ptr(p + n); q < p + n + 8192; q++) *q = 0x41;
+  /* (past the slack in the block's last page, to the guard after it) */
+  for (volatile char *q = hkt_opaque_ptr(p + n); q < p + n + 2 * hkt_page(); q++) *q = 0x41;
   API(free)(p);
 }
 /* the same in a cached 8 MiB mapping reused for the 4 MiB block (which
@@ -367,26 +368,27 @@ static void overflow_large_realloc(void) {
   CHECK(p != NULL, "realloc failed");
   memset(p, 2, 24 * MiB);
   char *end = p + hkt_opaque(24 * MiB);
-  while (((uintptr_t)end & 4095) != 0) *end++ = 3; /* (the rest of its last page: slack) */
+  while (((uintptr_t)end & (hkt_page() - 1)) != 0) *end++ = 3; /* (the rest of its last page: slack) */
   *end = 4;
 }
 
 /* a write below the first block of a region, toward its header in slab 0,
  * lands on a guard page */
 static void underflow_region_start(void) {
-  char *p = hkt_block_at_region_offset(64 * KiB);
-  CHECK(p != NULL, "no 4 KiB block at the start of a region's slab 1 in 16 MiB of them");
+  char *p = hkt_block_at_region_offset(hkt_region_blocks_start());
+  CHECK(p != NULL, "no 4 KiB block at the start of a region's blocks in 16 MiB of them");
   memset(hkt_opaque_ptr(p - 8 * KiB), 0x41, 8 * KiB);
 }
 /* a write past the last block of a region, toward the next region's
  * header, lands on a guard page (in the arena: a region mapped elsewhere,
  * as under a small HAKMEM_ARENA_MB, has no neighbour of ours). Hardened
- * mode leaves slab 63 unused, its last page a guard. */
+ * mode, and pages of 32 KiB or more, leave slab 63 unused, its last page a
+ * guard (hkt_region_blocks_end). */
 static int secure_level;
 static void overflow_region_end(void) {
   const char *arena = getenv("HAKMEM_ARENA_MB");
   if (arena != NULL && atol(arena) < 1024) raise(SIGSEGV); /* (the outcome is not hakmem's to give: counted as expected) */
-  size_t end = secure_level ? 4 * MiB - 64 * KiB : 4 * MiB;
+  size_t end = hkt_region_blocks_end(secure_level);
   char *p = hkt_block_at_region_offset(end - 4 * KiB);
   CHECK(p != NULL, "no 4 KiB block at the end of a region in 16 MiB of them");
   /* the next region made too: its slab 0 is then mapped, but for its header */
