@@ -158,11 +158,12 @@ void hk_region_unregister(void *base);
  * or a large block is mapped). Every byte mapped counts against such a limit, used or
  * not, so while one holds, blocks from HK_TIGHT_LARGE_MIN up are mapped to
  * their size in the large tier instead of taking a class's rounding, a
- * span's slack and a region's room: from 16 pages up, where rounding the
- * block and its header up to whole pages wastes less. */
+ * span's slack and a region's room: from 64 KiB, and from 4 pages with
+ * pages of 64 KiB, where rounding the block and its header up to whole
+ * pages wastes less than those do. */
 extern _Atomic bool hk_space_tight;
 void hk_space_check(bool force); /* ask again (before a region or large mapping) */
-#define HK_TIGHT_LARGE_MIN (16 * hk_os_page)
+#define HK_TIGHT_LARGE_MIN (4 * hk_os_page > ((size_t)64 << 10) ? 4 * hk_os_page : ((size_t)64 << 10))
 void hk_arena_fork_lock(void);
 void hk_arena_fork_unlock(void);
 
